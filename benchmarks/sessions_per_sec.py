@@ -1,0 +1,136 @@
+"""Sessions per second of the vectorized EBRank simulation vs the one-session-at-a-time NumPy reference.
+
+Both run the same policy (EBRank with a frozen prior, exploration on), the same click model and
+the same synthetic data in the same process; the ratio is what to compare across machines.
+
+    python benchmarks/sessions_per_sec.py --json            # last line: a JSON object
+    python benchmarks/sessions_per_sec.py --queries 30000   # bigger
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from ltrjax import clicks  # noqa: E402
+from ltrjax.data.layout import pad_and_bucket  # noqa: E402
+from ltrjax.data.registry import load_dataset  # noqa: E402
+from ltrjax.online.policies.ebrank import EBRank  # noqa: E402
+from ltrjax.online.schedule import update_points  # noqa: E402
+from ltrjax.online.simulator import SimConfig, Simulator, trial_keys  # noqa: E402
+from tests.reference.online_loop import ReferenceState, run_sessions  # noqa: E402
+
+
+def build(preset: str, n_queries: int, seed: int):
+    cfg = OmegaConf.load(ROOT / "conf" / "dataset" / f"{preset}.yaml")
+    cfg.n_queries = n_queries
+    qs = load_dataset(cfg, seed=seed)
+    return qs, pad_and_bucket(qs)
+
+
+def vectorized_rate(sim: Simulator, policy, key, repeats: int) -> tuple[float, int, dict]:
+    """Time the main phase (all segments, frozen model) after one compile run; best of ``repeats``."""
+    keys = trial_keys(key)
+    params = policy.init(keys.policy, sim.data)
+    _, main = sim.session_plan(keys.plan)
+    points = update_points(len(main), sim.config.n_updates)
+    starts = np.concatenate([[0], points[:-1] + 1])
+    segments = [main.slice(int(a), int(b)) for a, b in zip(starts, points + 1)]
+
+    def simulate():
+        states = sim.init_states(keys.init)
+        plans = sim.plan(segments)
+        for seg, plan in zip(segments, plans):
+            states, *_ = sim.run_segment(policy, params, states, seg, keys.run, plan)
+        jax.block_until_ready(states)
+
+    tic = time.perf_counter()
+    simulate()
+    compile_and_run = time.perf_counter() - tic
+    best = min(timed(simulate) for _ in range(repeats))
+    return len(main) / best, len(main), {"first_run_seconds": compile_and_run, "best_run_seconds": best}
+
+
+def timed(fn) -> float:
+    tic = time.perf_counter()
+    fn()
+    return time.perf_counter() - tic
+
+
+def reference_rate(sim: Simulator, policy, key, n_sessions: int) -> float:
+    """The NumPy loop on the first ``n_sessions`` main sessions (uniforms drawn in bulk with NumPy)."""
+    data = sim.data
+    keys = trial_keys(key)
+    params = policy.init(keys.policy, data)
+    states = sim.init_states(keys.init)
+    _, main = sim.session_plan(keys.plan)
+    draws = main.slice(0, n_sessions)
+    features, gains, n_docs, idcg = ([None] * data.n_queries for _ in range(4))
+    doc_ids, n_entered = [None] * data.n_queries, np.zeros(data.n_queries, np.int64)
+    for b, (bucket, st) in enumerate(zip(data.buckets, states)):
+        g = np.asarray(sim.gains[b])
+        for r, q in enumerate(np.asarray(bucket.query_index)):
+            n = int(bucket.n_docs[r])
+            features[q], gains[q], n_docs[q] = np.asarray(bucket.features[r]), g[r], n
+            idcg[q] = float(sim.idcg[b][r])
+            doc_ids[q], n_entered[q] = np.asarray(st.order[r])[:n], int(st.n_entered[r])
+    ref = ReferenceState(doc_ids, n_entered)
+    click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
+    rng = np.random.default_rng(0)
+    kind = {"name": "ebrank", "beta": policy.beta}
+    tic = time.perf_counter()
+    uniforms = rng.random((len(draws), 2, sim.config.top_k), dtype=np.float32)
+    run_sessions(ref, draws, kind, params, features, gains, n_docs, idcg, click, sim.config.top_k, uniforms)
+    return len(draws) / (time.perf_counter() - tic)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="synthetic_mq2007", help="conf/dataset/<preset>.yaml")
+    parser.add_argument("--queries", type=int, default=4000)
+    parser.add_argument("--reference-sessions", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-lanes", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    args = parser.parse_args(argv)
+
+    qs, data = build(args.preset, args.queries, args.seed)
+    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5),
+                    SimConfig(max_lanes=args.max_lanes))
+    policy = EBRank(data, epsilon=20.0)
+    key = jax.random.PRNGKey(args.seed)
+    vec, n_main, extra = vectorized_rate(sim, policy, key, args.repeats)
+    ref = reference_rate(sim, policy, key, min(args.reference_sessions, n_main))
+    out = {
+        "sessions_per_sec": vec,
+        "reference_sessions_per_sec": ref,
+        "speedup": vec / ref,
+        "sessions": n_main,
+        "queries": data.n_queries,
+        "mean_docs_per_query": float(np.mean(qs.docs_per_query)),
+        "buckets": [list(b.labels.shape) for b in data.buckets],
+        "lanes": list(sim.n_lanes),
+        "device_kind": jax.devices()[0].device_kind,
+        "backend": jax.default_backend(),
+        **extra,
+    }
+    if not args.json:
+        for k, v in out.items():
+            print(f"{k:>28}: {v}")
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Sweeps of the offline protocol (PRS Figs. 3-6, Vectorization Fig. 4), as tables and plots.
+
+    python experiments/offline_sweeps.py --sweep eta --dataset mq2008 --trials 5
+    python experiments/offline_sweeps.py --sweep dim_tiangong --dataset synthetic_mslr10k dataset.n_queries=3000
+
+Sweeps (x values overridable with --values):
+  clicks     experiment.n_sessions   (PRS Fig. 3; x axis also reported as logged clicks)
+  eta        click_model.eta         (PRS Fig. 4; position-bias severity, n_sessions fixed)
+  noise      click_model.noise       (PRS Fig. 5; mu)
+  misspec    assumed_eta             (PRS Fig. 6; true eta = 1)
+  dim_tiangong / dim_trust           estimator_options.vec_dim (Vectorization Fig. 4) with the
+             TianGong-ST matrix / graded trust bias; scalar estimators are run once as references.
+Each trial is prepared once (production ranker, logged lists) and reused across the x values.
+Writes <out>/<sweep>.json, <sweep>.md and <sweep>.png after every x value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from offline_table import ROOT, compose  # noqa: E402
+
+PRS_ESTIMATORS = ["naive", "ips", "pns", "prs", "prs_lambda", "production"]
+SWEEPS = {
+    "clicks": {"key": "n_sessions", "values": [4096, 16384, 65536, 262144, 1048576], "estimators": PRS_ESTIMATORS},
+    "eta": {"key": "click_model.eta", "values": [0.0, 0.5, 1.0, 1.5, 2.0], "estimators": PRS_ESTIMATORS},
+    "noise": {"key": "click_model.noise", "values": [0.0, 0.1, 0.2, 0.3, 0.4], "estimators": PRS_ESTIMATORS},
+    "misspec": {"key": "assumed_eta", "values": [0.0, 0.5, 1.0, 1.5, 2.0], "estimators": PRS_ESTIMATORS},
+    "dim_tiangong": {"key": "estimator_options.vec_dim", "values": [1, 2, 3, 4, 5], "estimators": ["vectorization"],
+                     "references": ["naive", "ips", "dla", "regression_em", "affine", "production", "labeled"],
+                     "base": {"click_model": {"kind": "tiangong", "relevance": "vectorization"},
+                              "eval": {"binarize": False},
+                              "estimator_options": {"naive_form": "listwise", "ips_form": "listwise"}}},
+    "dim_trust": {"key": "estimator_options.vec_dim", "values": [1, 2, 3, 4, 5], "estimators": ["vectorization"],
+                  "references": ["naive", "ips", "dla", "regression_em", "affine", "production", "labeled"],
+                  "base": {"click_model": {"kind": "trust_bias", "examination": "joachims", "eta": 1.0,
+                                           "relevance": "ebrank", "noise": 0.0},
+                           "eval": {"binarize": False},
+                           "estimator_options": {"naive_form": "listwise", "ips_form": "listwise"}}},
+}
+
+
+def _set(d: dict, dotted: str, value):
+    *head, last = dotted.split(".")
+    for h in head:
+        d = d.setdefault(h, {})
+    d[last] = value
+
+
+def _plot(path, sweep, table, xlabel, logx, refs=None):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [float(x) for x in table]
+    names = sorted({n for row in table.values() for n in row if not n.startswith("_")})
+    for name in names:
+        m = np.array([table[x][name]["ndcg@10"] if name in table[x] else np.nan for x in table])
+        s = np.array([table[x][name]["std"]["ndcg@10"] if name in table[x] else np.nan for x in table])
+        ax.plot(xs, m, marker="o", label=name)
+        ax.fill_between(xs, m - s, m + s, alpha=0.15)
+    for i, (name, ref) in enumerate((refs or {}).items()):
+        ax.axhline(ref["ndcg@10"], ls="--", lw=1, color=f"C{(i + len(names)) % 10}", label=f"{name} (ref)")
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("NDCG@10 (test)")
+    ax.set_title(sweep)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(sweep, key, table, refs, clicks) -> str:
+    names = sorted({n for row in table.values() for n in row})
+    lines = [f"### {sweep} ({key}); NDCG@10 mean ± std over trials", "",
+             "| " + key + " | " + " | ".join(names) + " | mean logged clicks |",
+             "|---|" + "---|" * (len(names) + 1)]
+    for x, row in table.items():
+        cells = [f"{row[n]['ndcg@10']:.4f} ± {row[n]['std']['ndcg@10']:.4f}" if n in row else "" for n in names]
+        lines.append(f"| {x} | " + " | ".join(cells) + f" | {clicks.get(x, float('nan')):.0f} |")
+    if refs:
+        lines += ["", "Reference estimators (same click model, run once per trial):", "",
+                  "| estimator | ndcg@1 | ndcg@3 | ndcg@5 | ndcg@10 | map |", "|---|---|---|---|---|---|"]
+        for n, e in refs.items():
+            lines.append(f"| {n} | " + " | ".join(f"{e[m]:.4f} ± {e['std'][m]:.4f}"
+                                                  for m in ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep", required=True, choices=sorted(SWEEPS))
+    ap.add_argument("--dataset", default="mq2008")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--values", default=None, help="comma-separated x values")
+    ap.add_argument("--estimators", default=None, help="comma-separated estimators")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args(argv)
+
+    from ltrjax.offline.experiment import (_jsonable, enable_compilation_cache, experiment_config, load_queryset,
+                                           prepare_trial, run_setting, summarize)
+
+    enable_compilation_cache()
+    spec = SWEEPS[args.sweep]
+    cfg = compose(args.dataset, args.overrides)
+    base = experiment_config(cfg)
+    from ltrjax.offline.experiment import _merge
+
+    base = _merge(base, spec.get("base", {}))
+    base["progress"] = False
+    values = [type(spec["values"][0])(v) for v in args.values.split(",")] if args.values else spec["values"]
+    estimators = args.estimators.split(",") if args.estimators else spec["estimators"]
+    out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_sweeps_{args.dataset}")
+    out.mkdir(parents=True, exist_ok=True)
+    qs = load_queryset(cfg, base)
+    from tqdm import tqdm
+
+    trials = [prepare_trial(qs, base, int(base["seed"]) + t) for t in tqdm(range(args.trials), desc="prepare")]
+    refs = {}
+    if spec.get("references"):
+        rows = [run_setting(tr, base, spec["references"], log=lambda *_: None) for tr in trials]
+        refs = summarize(rows, spec["references"])
+    table, clicks = {}, {}
+    for x in tqdm(values, desc=args.sweep):
+        exp = json.loads(json.dumps(base))
+        _set(exp, spec["key"], x)
+        rows = [run_setting(tr, exp, estimators, log=lambda *_: None) for tr in trials]
+        table[x] = summarize(rows, estimators)
+        clicks[x] = float(np.mean([r["_logging"]["clicks"] for r in rows if "_logging" in r]))
+        print(f"{spec['key']}={x}: " + ", ".join(f"{n} {e['ndcg@10']:.4f}" for n, e in table[x].items()), flush=True)
+        (out / f"{args.sweep}.json").write_text(json.dumps(_jsonable(
+            {"sweep": args.sweep, "key": spec["key"], "dataset": qs.name, "trials": args.trials, "config": base,
+             "table": {str(k): v for k, v in table.items()}, "references": refs, "clicks": clicks}), indent=1))
+        (out / f"{args.sweep}.md").write_text(markdown(args.sweep, spec["key"], table, refs, clicks))
+        _plot(out / f"{args.sweep}.png", f"{args.sweep} ({qs.name})", table, spec["key"], args.sweep == "clicks", refs)
+    print(markdown(args.sweep, spec["key"], table, refs, clicks))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Dataset registry: turn a ``conf/dataset/*.yaml`` entry into a preprocessed QuerySet."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import DatasetNotFoundError
+from .letor import LetorFile, read_letor
+from .preprocess import preprocess
+from .queryset import SPLIT_NAMES, QuerySet, offsets_from_counts, random_split
+from .synthetic import generate_synthetic, synthetic_params
+
+DEFAULTS: dict[str, Any] = {
+    "name": "letor",
+    "kind": "letor",
+    "path": None,
+    "path_env": None,
+    "default_path": None,
+    "fold": 1,
+    "files": None,
+    "y_max": None,
+    "n_features": None,
+    "bm25_feature": None,
+    "drop_features": [],
+    "normalize": "query_minmax",
+    "drop_constant_features": True,
+    "min_docs": 5,
+    "purge_test_without_relevant": True,
+    "published": None,
+    "layout": None,
+}
+GENERIC_LAYOUT = (
+    "a folder with Fold{fold}/train.txt, Fold{fold}/vali.txt and Fold{fold}/test.txt, "
+    "or a folder with train.txt, vali.txt and test.txt, or a single LETOR file "
+    "(split 60/20/20 by query); files may be gzip-compressed"
+)
+
+
+def load_dataset(cfg: Mapping, *, seed: int = 0, cache_dir: str | None = None) -> QuerySet:
+    """Read or generate the dataset a config describes and preprocess it.
+
+    ``seed`` drives synthetic generation and the 60/20/20 split of single-file and synthetic
+    data. Raises DatasetNotFoundError when the files are missing.
+    """
+    c = dataset_config(cfg)
+    if c["kind"] == "synthetic":
+        raw = _generate(c, seed)
+    elif c["kind"] == "letor":
+        raw = _read_letor_dataset(c, seed, cache_dir)
+    else:
+        raise ValueError(f"dataset kind must be 'letor' or 'synthetic', got {c['kind']!r}")
+    return preprocess(
+        raw,
+        normalize=c["normalize"],
+        drop_features=c["drop_features"] or (),
+        drop_constant_features=bool(c["drop_constant_features"]),
+        min_docs=int(c["min_docs"]),
+        purge_test_without_relevant=bool(c["purge_test_without_relevant"]),
+    )
+
+
+def dataset_config(cfg: Mapping) -> dict[str, Any]:
+    """A plain dict of a dataset config (OmegaConf or mapping) with defaults filled in."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    merged = {**DEFAULTS, **dict(cfg)}
+    for key, default in DEFAULTS.items():  # null means "default", except for fold (no folds)
+        if merged[key] is None and key != "fold":
+            merged[key] = default
+    return merged
+
+
+def project_root() -> pathlib.Path:
+    """The folder holding ``conf/`` (relative data paths are resolved against it, since
+    Hydra may change the working directory)."""
+    here = pathlib.Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "conf" / "dataset").is_dir():
+            return parent
+    return here.parents[2]
+
+
+def resolve_data_path(cfg: Mapping, *, root: pathlib.Path | None = None) -> pathlib.Path:
+    """Where a LETOR dataset lives: config ``path``, else ``$<path_env>``, else ``default_path``;
+    relative paths are taken from the project root. Checks that the expected files exist."""
+    c = dataset_config(cfg)
+    if c["kind"] != "letor":
+        raise ValueError(f"dataset {c['name']!r} is {c['kind']}: it has no data path")
+    env_value = os.environ.get(c["path_env"]) if c["path_env"] else None
+    raw = c["path"] or env_value or c["default_path"]
+    if not raw:
+        raise _not_found(c, "", "no path is configured")
+    path = pathlib.Path(os.path.expanduser(str(raw)))
+    if not path.is_absolute():
+        path = (root or project_root()) / path
+    path = pathlib.Path(os.path.normpath(path))
+    if not path.exists():
+        raise _not_found(c, path, f"expected it at {path}, which does not exist")
+    split_files(c, path)  # raises if a file is missing
+    return path
+
+
+def split_files(cfg: Mapping, path: pathlib.Path) -> dict[str, pathlib.Path]:
+    """The files of each split (keys train/vali/test), or ``{"all": file}`` for a single file."""
+    c = dataset_config(cfg)
+    if c["files"]:
+        patterns = {split: c["files"][split] for split in SPLIT_NAMES}
+        return _existing(c, path, patterns)
+    if path.is_file():
+        return {"all": path}
+    fold_dir = f"Fold{c['fold']}/" if c["fold"] is not None else None
+    if fold_dir and _find(path / f"{fold_dir}train.txt"):
+        return _existing(c, path, {s: f"{fold_dir}{s}.txt" for s in SPLIT_NAMES})
+    if _find(path / "train.txt"):
+        return _existing(c, path, {s: f"{s}.txt" for s in SPLIT_NAMES})
+    raise _not_found(
+        c, path, f"expected it at {path}, which has neither Fold{c['fold']}/train.txt nor train.txt"
+    )
+
+
+def _existing(c: dict, root: pathlib.Path, patterns: Mapping[str, str]) -> dict[str, pathlib.Path]:
+    found, missing = {}, []
+    for split, pattern in patterns.items():
+        if "{fold}" in pattern and c["fold"] is None:
+            raise ValueError(f"dataset {c['name']!r}: file pattern {pattern!r} needs a fold")
+        candidate = root / pattern.format(fold=c["fold"])
+        hit = _find(candidate)
+        if hit is None:
+            missing.append(str(candidate))
+        else:
+            found[split] = hit
+    if missing:
+        raise _not_found(c, root, f"expected it at {root}, but " + ", ".join(missing) + " is missing")
+    return found
+
+
+def _find(candidate: pathlib.Path) -> pathlib.Path | None:
+    for option in (candidate, candidate.with_name(candidate.name + ".gz")):
+        if option.is_file():
+            return option
+    return None
+
+
+def _not_found(c: dict, path, reason: str) -> DatasetNotFoundError:
+    layout = c["layout"] or GENERIC_LAYOUT
+    return DatasetNotFoundError(
+        c["name"],
+        str(path),
+        reason=reason,
+        layout=layout.replace("{fold}", str(c["fold"])),
+        path_env=c["path_env"],
+        published=c["published"],
+    )
+
+
+def _generate(c: dict, seed: int) -> QuerySet:
+    params = synthetic_params(c)
+    if c["y_max"] is not None and int(c["y_max"]) != params.y_max:
+        raise ValueError(
+            f"dataset {c['name']!r}: y_max {c['y_max']} does not match the preset's "
+            f"{len(params.label_probs)} label grades"
+        )
+    return generate_synthetic(params, seed=seed)
+
+
+def _read_letor_dataset(c: dict, seed: int, cache_dir: str | None) -> QuerySet:
+    path = resolve_data_path(c)
+    files = split_files(c, path)
+    parsed = {
+        split: read_letor(f, n_features=c["n_features"], y_max=c["y_max"], cache_dir=cache_dir)
+        for split, f in files.items()
+    }
+    if "all" in parsed:
+        whole = parsed["all"]
+        split = random_split(whole.n_queries, seed)
+        split_by = f"random 60/20/20 by query, seed {seed}"
+    else:
+        whole = _concatenate([parsed[s] for s in SPLIT_NAMES])
+        split = np.repeat(np.arange(3, dtype=np.int8), [parsed[s].n_queries for s in SPLIT_NAMES])
+        split_by = "files" if c["files"] else f"fold {c['fold']}"
+    n_features = whole.features.shape[1]
+    bm25 = c["bm25_feature"]
+    if bm25 is not None and not 1 <= int(bm25) <= n_features:
+        raise ValueError(f"dataset {c['name']!r}: bm25_feature {bm25} outside 1..{n_features}")
+    y_max = int(c["y_max"]) if c["y_max"] is not None else int(whole.labels.max(initial=0))
+    return QuerySet(
+        name=c["name"],
+        features=whole.features,
+        labels=whole.labels,
+        query_offsets=whole.query_offsets,
+        qids=whole.qids,
+        split=split,
+        y_max=y_max,
+        bm25_column=-1 if bm25 is None else int(bm25) - 1,
+        feature_ids=np.arange(1, n_features + 1, dtype=np.int32),
+        info={
+            "source": str(path),
+            "files": {s: str(f) for s, f in files.items()},
+            "split_by": split_by,
+        },
+    )
+
+
+def _concatenate(parts: list[LetorFile]) -> LetorFile:
+    width = max(p.features.shape[1] for p in parts)
+    n_docs = sum(p.labels.size for p in parts)
+    features = np.zeros((n_docs, width), dtype=np.float32)
+    row = 0
+    for p in parts:
+        features[row : row + p.labels.size, : p.features.shape[1]] = p.features
+        row += p.labels.size
+    counts = np.concatenate([np.diff(p.query_offsets) for p in parts])
+    return LetorFile(
+        features=features,
+        labels=np.concatenate([p.labels for p in parts]),
+        qids=np.concatenate([p.qids for p in parts]),
+        query_offsets=offsets_from_counts(counts),
+        path="+".join(p.path for p in parts),
+    )

@@ -1,0 +1,51 @@
+"""Dispatch a Hydra config to its experiment, after loading the dataset it names."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import jax
+from omegaconf import DictConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+log = logging.getLogger("ltrjax")
+
+
+def dataset_config(cfg: DictConfig) -> DictConfig:
+    """The run's dataset config; without ``+dataset=...`` the embedded synthetic default."""
+    if cfg.get("dataset") is not None:
+        return cfg.dataset
+    return OmegaConf.load(CONF_DIR / "dataset" / "synthetic.yaml")
+
+
+def cache_dir(cfg: DictConfig) -> str | None:
+    return cfg.get("data", {}).get("cache_dir") or None
+
+
+def enable_compilation_cache(cfg: DictConfig) -> None:
+    """Persist compiled XLA programs between runs (tests, sweeps and reruns start faster)."""
+    if not cfg.get("jax", {}).get("compilation_cache", False):
+        return
+    root = cache_dir(cfg) or os.environ.get("LTRJAX_CACHE") or os.path.expanduser("~/.cache/ltrjax")
+    jax.config.update("jax_compilation_cache_dir", os.path.join(root, "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def run_experiment(cfg: DictConfig, out_dir: Path):
+    from ltrjax.data.registry import load_dataset
+
+    enable_compilation_cache(cfg)
+    kind = cfg.experiment.kind
+    dcfg = dataset_config(cfg)
+    if kind == "online":
+        from ltrjax.online.experiment import run_online
+
+        queryset = load_dataset(dcfg, seed=cfg.seed, cache_dir=cache_dir(cfg))
+        return run_online(cfg, out_dir, queryset)
+    if kind == "offline":
+        from ltrjax.offline.experiment import run_offline
+
+        return run_offline(cfg, out_dir)
+    raise ValueError(f"unknown experiment kind {kind!r}; expected online or offline")

@@ -1,0 +1,105 @@
+"""Ranking metrics with masks (baselines.md §2): DCG/NDCG@k, MAP, ARP, cumulative NDCG.
+
+All functions are batch-agnostic over leading axes and take the document axis last. Gains and
+discounts are explicit so that both conventions in use are one call away:
+  * EBRank: gain = relevance probability R, discount = examination theta_k = 1/log2(k+1);
+  * ULTRA / OLTR: gain = 2^y - 1, discount = 1/log2(k+1).
+The ideal DCG is taken over every valid document of the query (``ideal_mask``), which for the
+online protocol includes documents that have not entered yet (EBRank §5.1.4).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.signal import lfilter
+
+
+def log2_discount(k: int):
+    """lambda_i = 1 / log2(i + 1), i = 1..k."""
+    return 1.0 / jnp.log2(jnp.arange(2, k + 2, dtype=jnp.float32))
+
+
+def exp_gain(labels):
+    """g(y) = 2^y - 1."""
+    return 2.0 ** jnp.asarray(labels, jnp.float32) - 1.0
+
+
+def top_k_ranking(scores, mask, k: int):
+    """Indices of the top-k masked scores (``[..., k]``) and whether each slot holds a document.
+
+    Ties go to the lower index (``lax.top_k``); callers randomize document order to randomize ties.
+    """
+    masked = jnp.where(mask, scores, -jnp.inf)
+    k = min(k, scores.shape[-1])
+    values, indices = jax.lax.top_k(masked, k)
+    return indices, values > -jnp.inf
+
+
+def dcg_of_ranking(ranking, slot_valid, gains, discount):
+    """DCG = sum_i g(R_i) lambda_i over the displayed slots; ``discount`` has shape [k]."""
+    g = jnp.take_along_axis(gains, ranking, axis=-1)
+    return jnp.sum(jnp.where(slot_valid, g * discount[: ranking.shape[-1]], 0.0), axis=-1)
+
+
+def ideal_dcg(gains, ideal_mask, discount):
+    """DCG of the gain-sorted ranking over ``ideal_mask`` documents."""
+    k = min(discount.shape[-1], gains.shape[-1])
+    top, _ = jax.lax.top_k(jnp.where(ideal_mask, gains, -jnp.inf), k)
+    return jnp.sum(jnp.where(top > -jnp.inf, top * discount[:k], 0.0), axis=-1)
+
+
+def ndcg_of_ranking(ranking, slot_valid, gains, idcg, discount):
+    """NDCG of a displayed ranking given a precomputed ideal DCG; 0 when idcg == 0."""
+    dcg = dcg_of_ranking(ranking, slot_valid, gains, discount)
+    return jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)
+
+
+def ndcg_at_k(scores, gains, mask, discount, ideal_mask=None):
+    """NDCG@k of ranking ``mask``ed documents by ``scores``; k = len(discount).
+
+    ``ideal_mask`` (default ``mask``) selects the documents the ideal ranking is drawn from.
+    Queries whose ideal DCG is 0 score 0.
+    """
+    ideal_mask = mask if ideal_mask is None else ideal_mask
+    ranking, slot_valid = top_k_ranking(scores, mask, discount.shape[-1])
+    return ndcg_of_ranking(ranking, slot_valid, gains, ideal_dcg(gains, ideal_mask, discount), discount)
+
+
+def average_precision(scores, labels, mask, threshold: int = 1):
+    """AP = sum_i P@i rel_i / sum_i rel_i over the full masked ranking; 0 without relevant docs."""
+    n = scores.shape[-1]
+    order, slot_valid = top_k_ranking(scores, mask, n)
+    rel = (jnp.take_along_axis(labels, order, axis=-1) >= threshold) & slot_valid
+    hits = jnp.cumsum(rel, axis=-1)
+    precision = hits / jnp.arange(1, n + 1)
+    n_rel = jnp.sum(rel, axis=-1)
+    return jnp.where(n_rel > 0, jnp.sum(precision * rel, axis=-1) / jnp.maximum(n_rel, 1), 0.0)
+
+
+def average_relevant_position(scores, labels, mask):
+    """ARP = sum_d rank(d) y_d / sum_d y_d (lower is better); 0 without relevant docs."""
+    n = scores.shape[-1]
+    order, slot_valid = top_k_ranking(scores, mask, n)
+    y = jnp.where(slot_valid, jnp.take_along_axis(labels, order, axis=-1), 0).astype(jnp.float32)
+    ranks = jnp.arange(1, n + 1, dtype=jnp.float32)
+    total = jnp.sum(y, axis=-1)
+    return jnp.where(total > 0, jnp.sum(ranks * y, axis=-1) / jnp.maximum(total, 1e-12), 0.0)
+
+
+def cumulative_ndcg(values, gamma: float = 0.995) -> float:
+    """EBRank Cum-NDCG (Eq. 7): S_t = gamma S_{t-1} + x_t, returned at the end of the sequence."""
+    values = np.asarray(values, np.float64)
+    if values.size == 0:
+        return 0.0
+    weights = gamma ** np.arange(values.size - 1, -1, -1, dtype=np.float64)
+    return float(np.dot(weights, values))
+
+
+def cumulative_ndcg_curve(values, gamma: float = 0.995) -> np.ndarray:
+    """S_t for every t of the sequence (for plots of Cum-NDCG over time); a linear filter in C."""
+    values = np.asarray(values, np.float64)
+    if values.size == 0:
+        return values
+    return lfilter([1.0], [1.0, -gamma], values)

@@ -1,0 +1,116 @@
+"""One jitted training loop: minibatch epochs with optax and early stopping on a validation loss.
+
+The whole fit — shuffling, the ``lax.scan`` over minibatches, validation, keeping the best
+parameters, the patience counter — is one compiled ``lax.while_loop``; no Python DataLoader.
+Example arrays are padded to a power-of-two count (weight 0) so a growing training set only
+recompiles a handful of times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+PyTree = Any
+LossFn = Callable[[PyTree, Mapping[str, jax.Array]], jax.Array]  # per-example losses [B]
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    optimizer: str = "adam"
+    learning_rate: float = 0.01
+    batch_size: int = 256
+    max_epochs: int = 200
+    patience: int = 20
+    min_examples: int = 1
+
+    @classmethod
+    def from_mapping(cls, cfg) -> "FitConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(cfg or {}).items() if k in known})
+
+
+def make_optimizer(cfg: FitConfig) -> optax.GradientTransformation:
+    factories = {"adam": optax.adam, "sgd": optax.sgd, "adagrad": optax.adagrad, "adamw": optax.adamw}
+    if cfg.optimizer not in factories:
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {sorted(factories)}")
+    return factories[cfg.optimizer](cfg.learning_rate)
+
+
+def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int) -> dict[str, np.ndarray]:
+    """Pad every array along axis 0 to a power of two (at least ``multiple``) and add ``weight``."""
+    n = len(next(iter(arrays.values())))
+    size = max(multiple, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
+    size = -(-size // multiple) * multiple
+    out = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in arrays.items()}
+    weight = np.zeros(size, np.float32)
+    weight[:n] = arrays.get("weight", np.ones(n, np.float32))
+    out["weight"] = weight
+    return out
+
+
+def weighted_mean(losses: jax.Array, weight: jax.Array) -> jax.Array:
+    return jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1e-12)
+
+
+def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
+    """Return ``fit(params, train, val, key) -> (best_params, info)``, jitted.
+
+    ``train``/``val`` are dicts of equally long arrays including ``weight`` (0 = padding).
+    """
+    tx = make_optimizer(cfg)
+
+    def batch_loss(params, batch):
+        return weighted_mean(loss_fn(params, batch), batch["weight"])
+
+    grad_fn = jax.value_and_grad(batch_loss)
+
+    @jax.jit
+    def fit(params, train, val, key):
+        n = train["weight"].shape[0]
+        batch = min(cfg.batch_size, n)
+        n_batches = n // batch
+
+        def epoch(params, opt_state, key):
+            perm = jax.random.permutation(key, n)[: n_batches * batch].reshape(n_batches, batch)
+
+            def step(carry, idx):
+                params, opt_state = carry
+                mb = jax.tree_util.tree_map(lambda a: a[idx], train)
+                _, grads = grad_fn(params, mb)
+                updates, opt_state = tx.update(grads, opt_state, params)
+                return (optax.apply_updates(params, updates), opt_state), None
+
+            (params, opt_state), _ = jax.lax.scan(step, (params, opt_state), perm)
+            return params, opt_state
+
+        def cond(carry):
+            i, _, _, _, _, since_best, _ = carry
+            return (i < cfg.max_epochs) & (since_best <= cfg.patience)
+
+        def body(carry):
+            i, params, opt_state, best_params, best_loss, since_best, key = carry
+            key, k_epoch = jax.random.split(key)
+            val_loss = batch_loss(params, val)
+            improved = val_loss < best_loss
+            best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), params, best_params)
+            best_loss = jnp.where(improved, val_loss, best_loss)
+            since_best = jnp.where(improved, 0, since_best + 1)
+            params, opt_state = epoch(params, opt_state, k_epoch)
+            return i + 1, params, opt_state, best_params, best_loss, since_best, key
+
+        init = (0, params, tx.init(params), params, jnp.inf, 0, key)
+        epochs, params, _, best_params, best_loss, _, _ = jax.lax.while_loop(cond, body, init)
+        final_loss = batch_loss(params, val)
+        improved = final_loss < best_loss
+        best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), params, best_params)
+        return best_params, {"epochs": epochs, "val_loss": jnp.minimum(final_loss, best_loss),
+                             "train_loss": batch_loss(best_params, train)}
+
+    return fit

@@ -1,0 +1,1 @@
+"""Offline counterfactual learning to rank (SPEC §6): logging, estimators, training, evaluation."""

@@ -1,0 +1,34 @@
+"""IPS / IPW (baselines.md §5.2; PRS Eq. 6 for the pairwise form).
+
+Clicked documents are weighted by w_k = min(1/theta_k, M) (clip ``ips_clip`` = M; ``None`` = off).
+``form="pairwise"``: sum_{i clicked, j unclicked} w_{k_i} l_ij (PRS Eq. 6).
+``form="listwise"``: -sum_i c_i w_{k_i} log softmax(s)_i (ULTRA IPWrank).
+"""
+
+import jax.numpy as jnp
+
+from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_sessions, next_step,
+                                            pairwise_loss, ranker_scores, scalar_scores,
+                                            weighted_softmax_ce)
+
+
+def ips_weights(theta, clip=None):
+    """w_k = min(1/theta_k, clip)."""
+    w = 1.0 / jnp.maximum(theta, 1e-12)
+    return w if clip is None else jnp.minimum(w, clip)
+
+
+def make(scorer, opts) -> Estimator:
+    form = opts.get("ips_form", "pairwise")
+    clip = opts.get("ips_clip")
+
+    def loss(params, state, batch, key):
+        w = ips_weights(state["props"].theta, clip)
+        s = ranker_scores(scorer, params, batch.features)
+        if form == "listwise":
+            total = weighted_softmax_ce(s, batch.clicks * w, batch.mask)
+        else:
+            total = pairwise_loss(s, batch.pairs * w[:, None], batch.mask)
+        return total / n_sessions(batch), next_step(state)
+
+    return Estimator("ips", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))

@@ -1,0 +1,23 @@
+"""Naive estimator: clicks taken as relevance labels (baselines.md §5.1; PRS §5.1 "Naive").
+
+``form="pairwise"``: sum over clicked/unclicked pairs of l_ij with weight 1 (PRS Eq. 9 with all
+propensities equal). ``form="listwise"``: the ULTRA softmax loss -sum_i c_i log softmax(s)_i.
+"""
+
+from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_sessions, next_step,
+                                            pairwise_loss, ranker_scores, scalar_scores,
+                                            weighted_softmax_ce)
+
+
+def make(scorer, opts) -> Estimator:
+    form = opts.get("naive_form", "pairwise")
+
+    def loss(params, state, batch, key):
+        s = ranker_scores(scorer, params, batch.features)
+        if form == "listwise":
+            total = weighted_softmax_ce(s, batch.clicks, batch.mask)
+        else:
+            total = pairwise_loss(s, batch.pairs, batch.mask)
+        return total / n_sessions(batch), next_step(state)
+
+    return Estimator("naive", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))

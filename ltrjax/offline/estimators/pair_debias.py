@@ -1,0 +1,45 @@
+"""Pairwise Debiasing / Unbiased LambdaMART (Hu et al. WWW'19), ULTRA's version (baselines.md §5.6).
+
+State t+_k, t-_k (init 1). Loss sum_{c_i > c_j} l_ij / (t+_{k_i} t-_{k_j}). Bias update (stop-grad):
+  A+_k = sum_{pairs, k_i = k} l_ij / t-_{k_j},  t+ <- (1 - a) t+ + a (A+ / A+_1)^(1/(p+1))
+  A-_k = sum_{pairs, k_j = k} l_ij / t+_{k_i},  t- <- (1 - a) t- + a (A- / A-_1)^(1/(p+1))
+with a = ``pd_step`` (0.05) and p = ``pd_p`` (1). A position whose A is 0 in a batch (or a batch
+whose A_1 is 0) keeps its old value.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_sessions, pair_logistic,
+                                            pair_mask, ranker_scores, scalar_scores)
+
+
+def update_bias(t, a_sum, step, p):
+    ok = (a_sum > 0) & (a_sum[0] > 0)
+    ratio = jnp.where(ok, a_sum / jnp.where(a_sum[0] > 0, a_sum[0], 1.0), 1.0)
+    return jnp.where(ok, (1 - step) * t + step * ratio ** (1.0 / (p + 1.0)), t)
+
+
+def make(scorer, opts) -> Estimator:
+    step_size = opts.get("pd_step", 0.05)
+    p = opts.get("pd_p", 1.0)
+    base_init = init_scalar_ranker(scorer)
+
+    def init(key, n_features, props):
+        k = props.theta.shape[0]
+        params, state = base_init(key, n_features, props)
+        return params, {**state, "t_plus": jnp.ones((k,)), "t_minus": jnp.ones((k,))}
+
+    def loss(params, state, batch, key):
+        s = ranker_scores(scorer, params, batch.features)
+        tp, tm = state["t_plus"], state["t_minus"]
+        pl = jnp.where(pair_mask(batch.mask), batch.pairs * pair_logistic(s), 0.0)
+        total = jnp.sum(pl / (tp[:, None] * tm[None, :])) / n_sessions(batch)
+        pl = jax.lax.stop_gradient(pl)
+        a_plus = jnp.sum(pl / tm[None, None, :], axis=(0, 2))
+        a_minus = jnp.sum(pl / tp[None, :, None], axis=(0, 1))
+        new_state = {**state, "step": state["step"] + 1, "t_plus": update_bias(tp, a_plus, step_size, p),
+                     "t_minus": update_bias(tm, a_minus, step_size, p)}
+        return total, new_state
+
+    return Estimator("pair_debias", init, loss, scalar_scores(scorer.apply))

@@ -1,0 +1,39 @@
+"""PRS, propensity ratio scoring (PRS Eq. 9-11; baselines.md §5.3).
+
+Pairs (i clicked, j unclicked) of a session weighted by min(gamma, theta_{k_j} / theta_{k_i})
+(Eq. 11; gamma = ``prs_gamma``, default 1, ``None`` = unclipped Eq. 9) on the pairwise logistic
+loss l_ij = log(1 + exp(-(s_i - s_j))). The lambda variant (``prs_lambda``, PRS §5.1) also
+multiplies each pair by |Delta NDCG_ij| of swapping i and j in the ranking by the current scores
+(gain 2^c - 1, IDCG over the session's clicks).
+"""
+
+import jax.numpy as jnp
+
+from ltrjax.offline.estimators.base import (Estimator, delta_dcg, init_scalar_ranker, n_sessions,
+                                            next_step, pairwise_loss, ranker_scores, scalar_scores)
+
+
+def prs_weights(theta, gamma=1.0):
+    """omega_ij = min(gamma, theta_j / theta_i), ``[K, K]`` (PRS Eq. 11)."""
+    w = theta[None, :] / jnp.maximum(theta[:, None], 1e-12)
+    return w if gamma is None else jnp.minimum(w, gamma)
+
+
+def make(scorer, opts, lambda_variant: bool = False) -> Estimator:
+    gamma = opts.get("prs_gamma", 1.0)
+
+    def loss(params, state, batch, key):
+        w = prs_weights(state["props"].theta, gamma)
+        s = ranker_scores(scorer, params, batch.features)
+        if lambda_variant:
+            pw = batch.pairs_lambda * w * delta_dcg(s, batch.mask)
+        else:
+            pw = batch.pairs * w
+        return pairwise_loss(s, pw, batch.mask) / n_sessions(batch), next_step(state)
+
+    name = "prs_lambda" if lambda_variant else "prs"
+    return Estimator(name, init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
+
+
+def make_lambda(scorer, opts) -> Estimator:
+    return make(scorer, opts, lambda_variant=True)

@@ -1,0 +1,60 @@
+"""Vectorization (Chen et al. KDD'22; baselines.md §5.8).
+
+Relevance embedding r(x) in R^d (a d-output scorer) and one observation vector o_k in R^d per
+position (initialised to 1, frozen for the first ``vec_freeze`` steps). Click logit
+z_i = <r(x_i), o_{k_i}> trained with the listwise softmax loss (Vectorization Eq. 9). After the
+freeze the Gaussian base model v(x) = (mu, log sigma^2) fits the observation vectors
+(Eq. 10, on stop-gradient features and o):
+  L_base = mean[(mu(x_i) - sg(o_{k_i}))^2 e^{-log sigma^2(x_i)}] + mean[log sigma^2(x_i)] + l2 sum ||W||^2/2
+Ranking uses the base vector (Eq. 8) b_q = sum_i mu(x_i) e^{-log sigma^2(x_i)} / sum_i e^{-log sigma^2(x_i)}
+(element-wise, over the query's candidates) and scores s_i = <r(x_i), b_q> (Eq. 3).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ltrjax.offline.estimators.base import Estimator, n_sessions, weighted_softmax_ce
+from ltrjax.offline.rankers import GaussianBaseModel, kernel_l2
+
+
+def base_vector(mu, logvar, mask):
+    """Precision-weighted mean of mu over the masked candidates (Vectorization Eq. 8); [..., d]."""
+    prec = jnp.exp(-logvar) * mask[..., None]
+    return jnp.sum(mu * prec, axis=-2) / jnp.maximum(jnp.sum(prec, axis=-2), 1e-12)
+
+
+def make(relevance_model, opts) -> Estimator:
+    """``relevance_model`` must have ``out_dim = vec_dim``."""
+    dim = int(opts.get("vec_dim", 2))
+    freeze = int(opts.get("vec_freeze", 500))
+    l2 = float(opts.get("vec_l2", 1e-3))
+    base = GaussianBaseModel(dim=dim, hidden=tuple(opts.get("vec_base_hidden", (256, 64))))
+
+    def init(key, n_features, props):
+        k = props.theta.shape[0]
+        k1, k2 = jax.random.split(key)
+        x = jnp.zeros((1, n_features), jnp.float32)
+        params = {"ranker": relevance_model.init(k1, x), "observation": jnp.ones((k, dim), jnp.float32),
+                  "base": base.init(k2, x)}
+        return params, {"step": jnp.int32(0), "props": props}
+
+    def loss(params, state, batch, key):
+        frozen = state["step"] < freeze
+        r = relevance_model.apply(params["ranker"], batch.features)  # [B, K, d]
+        o = jnp.where(frozen, jax.lax.stop_gradient(params["observation"]), params["observation"])
+        z = jnp.sum(r * o, axis=-1)
+        sup = weighted_softmax_ce(z, batch.clicks, batch.mask) / n_sessions(batch)
+        mu, logvar = base.apply(params["base"], jax.lax.stop_gradient(batch.features))
+        w = jnp.where(batch.mask, batch.n_sessions[:, None], 0.0)
+        per = jnp.mean((mu - jax.lax.stop_gradient(o)) ** 2 * jnp.exp(-logvar) + logvar, axis=-1)
+        dens = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1e-9) + l2 * kernel_l2(params["base"])
+        total = sup + jnp.where(frozen, 0.0, 1.0) * dens
+        return total, {**state, "step": state["step"] + 1}
+
+    def score(params, state, features, mask):
+        r = relevance_model.apply(params["ranker"], features)
+        mu, logvar = base.apply(params["base"], features)
+        b = base_vector(mu, logvar, mask)
+        return jnp.sum(r * b[..., None, :], axis=-1)
+
+    return Estimator("vectorization", init, loss, score, min_steps=freeze + 200)

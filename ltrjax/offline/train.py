@@ -1,0 +1,145 @@
+"""The one training loop shared by every offline estimator.
+
+An epoch is one jitted function: a random permutation of the training rows (logged or labeled
+queries) is cut into minibatches and ``lax.scan`` runs the optimizer over them; padded batch
+rows are zeroed so they contribute nothing. A host loop over jitted epochs evaluates the
+validation metric after each epoch and keeps the best parameters (early stopping with
+``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze phase).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ltrjax.offline.estimators.base import Estimator
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 64
+    optimizer: str = "adam"  # adam | adagrad | sgd
+    learning_rate: float = 0.01
+    clip_norm: float | None = 5.0
+    weight_decay: float = 0.0
+    max_epochs: int = 100
+    patience: int = 10
+    min_epochs: int = 1
+
+    @classmethod
+    def from_mapping(cls, m) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(m or {}).items() if k in names})
+
+
+@dataclasses.dataclass
+class FitResult:
+    params: dict
+    state: dict
+    history: dict
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+    parts = []
+    if cfg.clip_norm:
+        parts.append(optax.clip_by_global_norm(cfg.clip_norm))
+    if cfg.weight_decay:
+        parts.append(optax.add_decayed_weights(cfg.weight_decay))
+    if cfg.optimizer == "adam":
+        parts.append(optax.adam(cfg.learning_rate))
+    elif cfg.optimizer == "adagrad":
+        parts.append(optax.adagrad(cfg.learning_rate))
+    elif cfg.optimizer == "sgd":
+        parts.append(optax.sgd(cfg.learning_rate))
+    else:
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
+    return optax.chain(*parts)
+
+
+def _mask_rows(a, valid):
+    v = valid.reshape(valid.shape + (1,) * (a.ndim - 1))
+    return a & v if a.dtype == jnp.bool_ else a * v.astype(a.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
+    """jitted epoch(params, opt_state, state, key, data) -> (params, opt_state, state, mean loss).
+
+    Memoized on (estimator, config, rows) so repeated fits reuse the compiled epoch.
+    """
+    opt = make_optimizer(cfg)
+    batch_size = int(min(cfg.batch_size, n_rows))
+    n_batches = -(-n_rows // batch_size)
+    grad_fn = jax.value_and_grad(estimator.loss, has_aux=True)
+
+    def step(carry, inp):
+        params, opt_state, state, data = carry
+        idx, key = inp
+        valid = idx >= 0
+        batch = jax.tree_util.tree_map(lambda a: _mask_rows(a[jnp.maximum(idx, 0)], valid), data)
+        (loss, state), grads = grad_fn(params, state, batch, key)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state, state, data), loss
+
+    @jax.jit
+    def epoch(params, opt_state, state, key, data):
+        kperm, kloss = jax.random.split(key)
+        perm = jax.random.permutation(kperm, n_rows)
+        idx = jnp.concatenate([perm, -jnp.ones(n_batches * batch_size - n_rows, perm.dtype)])
+        idx = idx.reshape(n_batches, batch_size)
+        keys = jax.random.split(kloss, n_batches)
+        (params, opt_state, state, _), losses = jax.lax.scan(step, (params, opt_state, state, data), (idx, keys))
+        return params, opt_state, state, jnp.mean(losses)
+
+    return epoch, n_batches
+
+
+def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
+        validate: Callable | None = None, props=None, progress: bool = False, desc: str = "") -> FitResult:
+    """Train ``estimator`` on ``data`` (a ClickBatch/LabeledBatch with leading axis = row).
+
+    ``props`` (``Propensities``) is what the estimator is told about the click model.
+    """
+    kinit, key = jax.random.split(key)
+    params, state = estimator.init(kinit, n_features, props)
+    opt = make_optimizer(cfg)
+    opt_state = opt.init(params)
+    n_rows = int(jax.tree_util.tree_leaves(data)[0].shape[0])
+    epoch, n_batches = make_epoch(estimator, cfg, n_rows)
+    min_epochs = max(cfg.min_epochs, -(-estimator.min_steps // n_batches))
+    max_epochs = max(cfg.max_epochs, min_epochs)
+    best = (-float("inf"), params, state, 0)
+    history = {"loss": [], "vali": [], "n_batches": n_batches}
+    bad = 0
+    t0 = time.perf_counter()
+    it = range(max_epochs)
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(it, desc=desc or estimator.name, leave=False)
+    for ep in it:
+        params, opt_state, state, loss = epoch(params, opt_state, state, jax.random.fold_in(key, ep), data)
+        history["loss"].append(float(loss))
+        if validate is None:
+            best = (0.0, params, state, ep + 1)
+            continue
+        v = float(validate(params, state))
+        history["vali"].append(v)
+        if ep + 1 < min_epochs:  # forced phase (e.g. Vectorization's frozen observations)
+            continue
+        if ep + 1 == min_epochs or v > best[0]:
+            best, bad = (v, params, state, ep + 1), 0
+        else:
+            bad += 1
+            if bad >= cfg.patience:
+                break
+    history.update(best_vali=best[0], best_epoch=best[3], epochs=len(history["loss"]),
+                   seconds=time.perf_counter() - t0)
+    return FitResult(params=best[1], state=best[2], history=history)

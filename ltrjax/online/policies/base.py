@@ -1,0 +1,81 @@
+"""The interface every online policy implements (SPEC §2).
+
+The simulator never names a policy. Per segment it asks the policy to ``prepare`` per-document
+values from its frozen parameters (model scores, priors), then, inside the per-session scan,
+for ``session_scores`` of one query from those values and the query's live counters. Between
+segments ``update`` retrains from the counters (and the segment's session log). Offline
+evaluation asks for ``test_scores`` with (warm) or without (cold) behaviour information.
+
+Arrays handed to ``session_scores`` are one query's rows in entry order; everything else is
+``[Qb, Db]`` in dataset order. A policy is an immutable Python object holding its static
+hyper-parameters; its learnable state is the ``params`` pytree it returns from ``init``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.online.state import DocCounters
+
+Params = Any
+Aux = Any
+
+
+class QueryView(NamedTuple):
+    """What a policy may read about one query inside the session scan."""
+
+    aux: Aux  # the policy's own per-document values from ``prepare`` (entry order) [Db]
+    hyper: Any  # the policy's traced hyper-parameters (``Policy.hyper``), e.g. exploration strength
+    counters: DocCounters  # live counters [Db]
+    n_entered: jax.Array  # i32 []
+    issue_count: jax.Array  # i32 [] including the current session
+
+
+class SessionLog(NamedTuple):
+    """What happened in the sessions of a segment (global time order), for learners that replay them."""
+
+    query: Any  # i32 [n]  global query index
+    shown: Any  # i32 [n, K]  document slot (dataset order) per position, -1 for empty slots
+    clicks: Any  # bool [n, K]
+    session: Any  # i32 [n] global session index
+
+
+class Policy:
+    """Base class: a deterministic scorer with no learning. Subclasses override what they need."""
+
+    name: str = "policy"
+    trains: bool = False
+
+    def init(self, key: jax.Array, data: PaddedDataset) -> Params:
+        return ()
+
+    def hyper(self, params: Params) -> Any:
+        """Scalar hyper-parameters read inside the session scan; traced, so a grid compiles once."""
+        return ()
+
+    def with_hyper(self, params: Params, **values) -> Params:
+        """``params`` with hyper-parameters replaced (for validation grids)."""
+        if values:
+            raise ValueError(f"{self.name} has no tunable hyper-parameters {sorted(values)}")
+        return params
+
+    def prepare(self, params: Params, bucket: Bucket) -> Aux:
+        """Per-document values ``[Qb, Db]`` (dataset order), computed once per segment."""
+        return jnp.zeros(bucket.labels.shape, jnp.float32)
+
+    def session_scores(self, view: QueryView, key: jax.Array) -> jax.Array:
+        """Logging scores ``[Db]`` of one query for one session (higher is shown first)."""
+        return view.aux
+
+    def test_scores(self, params: Params, bucket: Bucket, counters: DocCounters, warm: bool) -> jax.Array:
+        """Deterministic scores ``[Qb, Db]`` for offline evaluation, with or without behaviour."""
+        return self.prepare(params, bucket)
+
+    def update(self, key: jax.Array, params: Params, data: PaddedDataset, counters: tuple[DocCounters, ...],
+               entered: tuple[jax.Array, ...], log: SessionLog | None) -> tuple[Params, dict]:
+        """Retrain between segments from dataset-order counters of every bucket; returns (params, info)."""
+        return params, {}

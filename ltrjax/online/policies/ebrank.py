@@ -1,0 +1,183 @@
+"""EBRank: empirical-Bayes relevance with marginal-certainty exploration (EBRank Alg. 1).
+
+A Beta(alpha, beta) prior per document comes from its non-behaviour features,
+alpha = f_theta(x_nb) > 0 with beta fixed; clicks turn it into a Beta posterior whose mean is
+the warm relevance estimate and whose marginal certainty drives exploration:
+
+    R_hat = (C + alpha) / (N + alpha + beta)                         (Eq. 25)
+    MC    = R_hat / (E + alpha + beta)^2                             (Eq. 27)
+    score = R_hat + epsilon * MC                                     (Eq. 13)
+    loss  = log B(alpha, beta) - log B(C + alpha, N - C + beta)      (Eq. 14)
+
+Two statistic choices (SPEC §5.1): ``exposure`` (default; the code behind the published table:
+C = raw clicks, N = E = sum theta_k) and ``ips`` (the paper's text: C = sum c/theta_k,
+N = impressions n, E = exposure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import betaln
+
+from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.models.scorers import BetaPrior
+from ltrjax.models.train import FitConfig, make_fit, pad_examples
+from ltrjax.online.policies.base import Policy, QueryView
+from ltrjax.online.state import DocCounters
+from ltrjax.online.training_data import TRAIN, VALI, collect_documents
+
+STATISTICS = ("exposure", "ips")
+
+
+def beta_statistics(statistic: str, clicks, ips_clicks, impressions, exposure):
+    """(C, N, E) of the chosen statistic."""
+    if statistic == "exposure":
+        return clicks, exposure, exposure
+    if statistic == "ips":
+        return ips_clicks, impressions, exposure
+    raise ValueError(f"unknown EBRank statistic {statistic!r}; expected one of {STATISTICS}")
+
+
+def posterior_mean(alpha, beta, c, n):
+    """R_hat = (C + alpha) / (N + alpha + beta)  (Eq. 25)."""
+    return (c + alpha) / (n + alpha + beta)
+
+
+def marginal_certainty(r_hat, alpha, beta, e):
+    """MC = R_hat / (E + alpha + beta)^2  (Eq. 27)."""
+    return r_hat / (e + alpha + beta) ** 2
+
+
+def prior_nll(alpha, beta, c, n, clamp: float):
+    """Negative Beta-binomial marginal log-likelihood per document, up to a constant (Eq. 14).
+
+    N - C + beta <= 0 can happen when C > N (IPS clicks, or clicks above exposure); it is
+    clamped to ``clamp`` so the loss and its gradient stay finite.
+    """
+    b_post = jnp.maximum(n - c + beta, clamp)
+    return betaln(alpha, beta) - betaln(c + alpha, b_post)
+
+
+class EBRank(Policy):
+    name = "ebrank"
+    trains = True
+
+    def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: float = 5.0,
+                 statistic: str = "exposure", hidden: Sequence[int] = (), min_impressions: float = 20,
+                 clamp: float = 1e-3, fit: dict | None = None, name: str | None = None):
+        if statistic not in STATISTICS:
+            raise ValueError(f"unknown EBRank statistic {statistic!r}; expected one of {STATISTICS}")
+        self.name = name or self.name
+        self.epsilon = float(epsilon)
+        self.beta = float(beta)
+        self.statistic = statistic
+        self.min_impressions = float(min_impressions)
+        self.clamp = float(clamp)
+        self.n_features = data.n_features
+        self.model = BetaPrior(hidden=tuple(hidden), n_features=data.n_features)
+        self.fit_config = FitConfig.from_mapping(fit)
+        self._fit = make_fit(self._loss, self.fit_config)
+
+    # -- model
+    def init(self, key, data: PaddedDataset):
+        prior = self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))
+        return {"prior": prior, "epsilon": jnp.float32(self.epsilon)}
+
+    def hyper(self, params):
+        return params["epsilon"]
+
+    def with_hyper(self, params, epsilon=None, **rest):
+        super().with_hyper(params, **rest)
+        return params if epsilon is None else {**params, "epsilon": jnp.float32(epsilon)}
+
+    def alpha(self, params, features):
+        return self.model.apply(params["prior"], features)
+
+    def prepare(self, params, bucket: Bucket):
+        return self.alpha(params, bucket.features)
+
+    def _stats(self, counters: DocCounters):
+        return beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
+                               counters.exposure)
+
+    # -- ranking
+    def session_scores(self, view: QueryView, key):
+        c, n, e = self._stats(view.counters)
+        r_hat = posterior_mean(view.aux, self.beta, c, n)
+        return r_hat + view.hyper * marginal_certainty(r_hat, view.aux, self.beta, e)
+
+    def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
+        alpha = self.prepare(params, bucket)
+        if not warm:
+            return alpha / (alpha + self.beta)
+        c, n, _ = self._stats(counters)
+        return posterior_mean(alpha, self.beta, c, n)
+
+    # -- training
+    def _loss(self, prior, batch):
+        alpha = self.model.apply(prior, batch["features"])
+        return prior_nll(alpha, self.beta, batch["c"], batch["n"], self.clamp)
+
+    def _examples(self, docs: dict) -> dict:
+        c, n, _ = beta_statistics(self.statistic, docs["clicks"], docs["ips_clicks"], docs["impressions"],
+                                  docs["exposure"])
+        return {"features": docs["features"].astype(np.float32), "c": c.astype(np.float32),
+                "n": n.astype(np.float32)}
+
+    def update(self, key, params, data, counters, entered, log):
+        train = self._examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
+        val = self._examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
+        n_train, n_val = len(train["c"]), len(val["c"])
+        if n_train < self.fit_config.min_examples:
+            return params, {"skipped": True, "n_train": n_train, "n_val": n_val}
+        if n_val == 0:  # no validation documents yet: early-stop on the training loss
+            val = train
+        clamped = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))
+        prior, info = self._fit(params["prior"], pad_examples(train, self.fit_config.batch_size),
+                                pad_examples(val, self.fit_config.batch_size), key)
+        params = {**params, "prior": prior}
+        info = {k: float(v) for k, v in info.items()}
+        finite = all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(params))
+        if not finite:
+            raise FloatingPointError(f"{self.name}: prior parameters became non-finite after training")
+        return params, {**info, "n_train": n_train, "n_val": n_val, "clamped_fraction": clamped}
+
+
+class EBRankOnlyPrior(EBRank):
+    """Ablation: rank by the prior mean alpha / (alpha + beta) alone, always."""
+
+    name = "ebrank_only_prior"
+
+    def session_scores(self, view: QueryView, key):
+        return view.aux / (view.aux + self.beta)
+
+    def test_scores(self, params, bucket, counters, warm):
+        alpha = self.prepare(params, bucket)
+        return alpha / (alpha + self.beta)
+
+
+class EBRankOnlyBehaviour(Policy):
+    """Ablation: rank by the behaviour estimate C / N alone, no prior and no training; cold = 0."""
+
+    name = "ebrank_only_behav"
+
+    def __init__(self, data: PaddedDataset, statistic: str = "exposure", min_denominator: float = 0.01,
+                 name: str | None = None):
+        self.name = name or self.name
+        self.statistic = statistic
+        self.min_denominator = float(min_denominator)
+
+    def _ratio(self, counters: DocCounters):
+        c, n, _ = beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
+                                  counters.exposure)
+        return c / jnp.maximum(n, self.min_denominator)
+
+    def session_scores(self, view: QueryView, key):
+        return self._ratio(view.counters)
+
+    def test_scores(self, params, bucket, counters, warm):
+        return self._ratio(counters) if warm else jnp.zeros(bucket.labels.shape, jnp.float32)

@@ -1,0 +1,80 @@
+"""Session schedules: which query each session issues, and how sessions are packed into lanes.
+
+Between two model updates queries share nothing but the frozen model, so a segment's sessions
+can run query by query (SPEC §2.1). Each query's sessions are kept in time order and whole
+queries are packed into ``n_lanes`` lanes, balanced by session count, so every scan step
+advances one session in each lane with almost no padding; a query never appears in two lanes,
+so lanes never write the same row in the same step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionDraws:
+    """The global sequence of sessions of a run, drawn up front (host arrays)."""
+
+    query: np.ndarray  # i32 [n] global query index of each session
+    enter: np.ndarray  # bool [n] whether a new document of that query enters first
+    session: np.ndarray  # i32 [n] global session index (keys the per-session randomness)
+
+    def __len__(self) -> int:
+        return int(self.query.shape[0])
+
+    def slice(self, start: int, stop: int) -> "SessionDraws":
+        return SessionDraws(self.query[start:stop], self.enter[start:stop], self.session[start:stop])
+
+
+def draw_sessions(key: jax.Array, n_sessions: int, n_queries: int, entry_prob: float, first_session: int = 0) -> SessionDraws:
+    """Queries uniform over all queries of all splits; entry coins with probability ``entry_prob``."""
+    k_query, k_enter = jax.random.split(key)
+    query = np.asarray(jax.random.randint(k_query, (n_sessions,), 0, n_queries), np.int32)
+    enter = np.asarray(jax.random.uniform(k_enter, (n_sessions,)) < entry_prob)
+    session = np.arange(first_session, first_session + n_sessions, dtype=np.int32)
+    return SessionDraws(query, enter, session)
+
+
+def update_points(n_sessions: int, n_updates: int) -> np.ndarray:
+    """Last session index of each segment: ``linspace(0, N-1, n_updates+1)[1:]`` (EBRank main.py)."""
+    return np.linspace(0, n_sessions - 1, n_updates + 1)[1:].astype(np.int64)
+
+
+def padded_steps(steps: int, growth: float = 1.25) -> int:
+    """Round a step count up to the next value of a geometric ladder, so few shapes get compiled."""
+    if steps <= 8:
+        return max(steps, 1)
+    return int(math.ceil(8 * growth ** math.ceil(math.log(steps / 8, growth))))
+
+
+def lane_schedule(rows: np.ndarray, n_lanes: int) -> np.ndarray:
+    """Pack sessions (given by their query row, in time order) into lanes.
+
+    Queries are dealt to lanes in boustrophedon order of decreasing session count (0..L-1,
+    L-1..0, ...), which balances lane loads almost as well as greedy LPT, vectorized.
+    Returns ``schedule`` of shape ``[steps, n_lanes]``: the index into ``rows`` of the session a
+    lane runs at each step, or -1 when the lane is idle.
+    """
+    n = rows.shape[0]
+    if n == 0:
+        return np.full((1, n_lanes), -1, np.int64)
+    uniq, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    by_count = np.argsort(-counts, kind="stable")
+    position = np.arange(uniq.shape[0])
+    sweep, offset = np.divmod(position, n_lanes)
+    lane_of_query = np.empty(uniq.shape[0], np.int64)
+    lane_of_query[by_count] = np.where(sweep % 2 == 0, offset, n_lanes - 1 - offset)
+    lane = lane_of_query[inverse]
+    by_lane = np.lexsort((np.arange(n), inverse, lane))  # lane, then query, then time
+    lane_sorted = lane[by_lane]
+    start = np.searchsorted(lane_sorted, np.arange(n_lanes))
+    step = np.arange(n) - start[lane_sorted]
+    steps = padded_steps(int(step.max()) + 1)
+    schedule = np.full((steps, n_lanes), -1, np.int64)
+    schedule[step, lane_sorted] = by_lane
+    return schedule

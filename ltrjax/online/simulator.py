@@ -1,0 +1,385 @@
+"""The vectorized online simulation loop (SPEC §2.1, §5; EBRank §5.1).
+
+One trial: BM25 warm-up sessions, then ``n_updates`` segments. Inside a segment the policy's
+model is frozen, so every query's sessions run in order in their own lane of a ``lax.scan``
+(``schedule.lane_schedule``), all lanes at once. Each session: maybe a new document enters,
+the policy scores the entered documents, the top K are shown, clicks are drawn from the click
+model, counters are updated, and the NDCG of the shown list is recorded at its global time.
+After each segment the policy is evaluated (Warm/Cold NDCG) and retrained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from ltrjax import clicks as click_lib
+from ltrjax import metrics
+from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.online.policies.base import Policy, QueryView, SessionLog
+from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, update_points
+from ltrjax.online.state import (
+    BucketState,
+    DocCounters,
+    counters_in_dataset_order,
+    entered_mask,
+    init_bucket_state,
+    to_entry_order,
+)
+
+SPLITS = ("train", "vali", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+    """Protocol constants (defaults: EBRank §5.1, seed-code.md §1.3)."""
+
+    top_k: int = 5
+    initial_docs: tuple[int, int] = (5, 9)
+    entry_prob: float = 1.0
+    sessions: int | None = None  # None: #queries x (mean docs - 5) / entry_prob (EBRank Eq. 29)
+    warmup_sessions_per_query: int = 20
+    n_updates: int = 20
+    train_after_warmup: bool = False
+    gamma: float = 0.995
+    relevance: str = "ebrank"
+    relevance_eps_min: float = 0.1
+    lanes_per_query: float = 0.25  # lanes = clip(queries * this, min_lanes, max_lanes)
+    min_lanes: int = 32
+    max_lanes: int = 1024
+
+    @classmethod
+    def from_mapping(cls, cfg) -> "SimConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in dict(cfg).items() if k in known}
+        if "initial_docs" in values:
+            values["initial_docs"] = tuple(int(v) for v in values["initial_docs"])
+        return cls(**values)
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """Everything a trial measured (host arrays)."""
+
+    session_ndcg: np.ndarray  # f32 [n_main] NDCG@K of the shown list of every main session
+    session_split: np.ndarray  # i8 [n_main]
+    session_query: np.ndarray  # i32 [n_main]
+    eval_points: np.ndarray  # i64 [n_updates] session index of each evaluation
+    eval_history: list[dict]  # per evaluation point: {split: {"warm": x, "cold": y}}
+    cum_ndcg: dict[str, float]  # per split
+    train_info: list[dict]
+    timings: dict[str, float]
+    final_states: tuple[BucketState, ...] | None = None
+    logs: list[SessionLog] | None = None
+
+    @property
+    def warm_ndcg(self) -> float:
+        return float(self.eval_history[-1]["test"]["warm"])
+
+    @property
+    def cold_ndcg(self) -> float:
+        return float(self.eval_history[-1]["test"]["cold"])
+
+
+class TrialKeys(NamedTuple):
+    init: jax.Array  # entry orders and initial candidate sets
+    plan: jax.Array  # the session sequence
+    run: jax.Array  # per-session randomness (clicks, policy noise)
+    policy: jax.Array  # model initialization
+    train: jax.Array  # retraining (folded with the segment index)
+
+
+def trial_keys(key: jax.Array) -> TrialKeys:
+    return TrialKeys(*jax.random.split(key, 5))
+
+
+def policy_key(run_key: jax.Array, session) -> jax.Array:
+    """The key of one session's policy noise (Random-k scores, exploration samples)."""
+    return jax.random.fold_in(run_key, session)
+
+
+def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_rows: int, top_k: int) -> np.ndarray:
+    """Uniforms ``[n, n_rows, K]`` deciding the clicks of sessions first_session..first_session+n-1.
+
+    Drawn in bulk on the host with NumPy's PCG64, seeded from the trial key and the first session
+    index (threefry costs ~60 ns per number on a CPU; this ~1 ns). Shared verbatim with the reference.
+    """
+    words = np.asarray(jax.random.key_data(run_key), np.uint32).ravel().tolist()
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words + [int(first_session)])))
+    return rng.random((n_sessions, n_rows, top_k), dtype=np.float32)
+
+
+def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
+    """#queries x (average documents - 5) / eta_new (EBRank Eq. 29)."""
+    mean_docs = float(np.mean(np.concatenate([np.asarray(b.n_docs) for b in data.buckets])))
+    return max(1, int(round(data.n_queries * max(mean_docs - 5.0, 1.0) / entry_prob)))
+
+
+class Simulator:
+    """Runs trials of one dataset and click model; compiled functions are cached per policy."""
+
+    def __init__(self, data: PaddedDataset, click_model: click_lib.ClickModel, config: SimConfig,
+                 warmup_policy: Policy | None = None):
+        if click_model.n_positions < config.top_k:
+            raise ValueError(f"click model has {click_model.n_positions} positions, top_k is {config.top_k}")
+        self.data = data
+        self.click_model = click_model
+        self.config = config
+        self.warmup_policy = warmup_policy
+        self.discount = jnp.asarray(click_model.examination[: config.top_k]) if config.relevance == "ebrank" \
+            else metrics.log2_discount(config.top_k)
+        self.gains = tuple(
+            click_lib.relevance(b.labels, data.y_max, config.relevance, eps_min=config.relevance_eps_min)
+            * b.doc_mask for b in data.buckets
+        )
+        self.idcg = tuple(
+            metrics.ideal_dcg(g, b.doc_mask, self.discount) for g, b in zip(self.gains, data.buckets)
+        )
+        self.n_lanes = tuple(
+            int(np.clip(int(b.n_queries * config.lanes_per_query), min(config.min_lanes, b.n_queries),
+                        config.max_lanes)) for b in data.buckets
+        )
+        self.uniform_rows = 2 if click_model.kind == "cascade" else 1
+        self._segment_fns: dict[tuple[int, int], Callable] = {}
+        self._eval_fns: dict[tuple[int, int], Callable] = {}
+
+    # ------------------------------------------------------------------ compiled pieces
+    def _segment_fn(self, policy: Policy, b: int) -> Callable:
+        cache_key = (id(policy), b)
+        if cache_key not in self._segment_fns:
+            self._segment_fns[cache_key] = jax.jit(self._build_segment(policy, b))
+        return self._segment_fns[cache_key]
+
+    def _build_segment(self, policy: Policy, b: int) -> Callable:
+        bucket = self.data.buckets[b]
+        cm, k_top, discount = self.click_model, self.config.top_k, self.discount
+        width = bucket.width
+        theta = cm.examination[:k_top]
+        alpha_k, beta_k = (x[:k_top] for x in click_lib.affine_terms(cm))
+        inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
+        n_docs = jnp.concatenate([bucket.n_docs, jnp.zeros((1,), jnp.int32)])
+
+        def one_session(view: QueryView, gains_row, labels_row, idcg, n_docs_row, enter, session, uniforms, valid,
+                        run_key):
+            n_new = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs_row), view.n_entered)
+            view = view._replace(n_entered=n_new, issue_count=view.issue_count + valid)
+            scores = policy.session_scores(view, policy_key(run_key, session))
+            shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_new, k_top)
+            clicked = click_lib.sample_clicks(cm, uniforms, gains_row[shown], labels_row[shown], slot_valid & valid)
+            ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains_row, idcg, discount)
+            return n_new, shown, slot_valid & valid, clicked, ndcg
+
+        def segment(params, state: BucketState, bucket: Bucket, gains, idcg, schedule_rows, schedule_enter,
+                    schedule_session, schedule_uniforms, schedule_valid, run_key):
+            aux = jax.tree_util.tree_map(lambda a: to_entry_order(a, state), policy.prepare(params, bucket))
+            hyper = policy.hyper(params)
+            gains_e = to_entry_order(gains, state)
+            labels_e = to_entry_order(bucket.labels, state)
+            idcg = jnp.concatenate([idcg, jnp.zeros((1,), idcg.dtype)])
+
+            def step(carry, xs):
+                stats, n_entered, issue_count, entry_session = carry
+                rows, enter, session, uniforms, valid = xs
+                view = QueryView(
+                    aux=jax.tree_util.tree_map(lambda a: a[rows], aux),
+                    hyper=hyper,
+                    counters=DocCounters.unpack(stats[rows]),
+                    n_entered=n_entered[rows],
+                    issue_count=issue_count[rows],
+                )
+                view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
+                n_new, shown, on, clicked, ndcg = jax.vmap(
+                    one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
+                )(view, gains_e[rows], labels_e[rows], idcg[rows], n_docs[rows], enter, session, uniforms, valid,
+                  run_key)
+                c = clicked.astype(jnp.float32)
+                w = on.astype(jnp.float32)
+                # one scatter of all counters, in STAT_NAMES order
+                delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k], axis=-1)
+                stats = stats.at[rows[:, None], shown].add(delta)
+                entered_now = n_new > view.n_entered
+                slot = jnp.maximum(n_new - 1, 0)
+                entry_session = entry_session.at[rows, slot].set(
+                    jnp.where(entered_now, session, entry_session[rows, slot]))
+                n_entered = n_entered.at[rows].set(n_new)
+                issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
+                shown_docs = jnp.where(on, jnp.take_along_axis(state.order[rows], shown, axis=1), -1)
+                return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
+
+            carry = (state.stats, state.n_entered, state.issue_count, state.entry_session)
+            xs = (schedule_rows, schedule_enter, schedule_session, schedule_uniforms, schedule_valid)
+            (stats, n_entered, issue_count, entry_session), ys = jax.lax.scan(step, carry, xs)
+            new_state = state.replace(stats=stats, n_entered=n_entered, issue_count=issue_count,
+                                      entry_session=entry_session)
+            return new_state, ys
+
+        return segment
+
+    def _eval_fn(self, policy: Policy, b: int) -> Callable:
+        cache_key = (id(policy), b)
+        if cache_key not in self._eval_fns:
+            bucket, gains, discount = self.data.buckets[b], self.gains[b], self.discount
+            idcg = self.idcg[b]
+
+            def evaluate(params, state: BucketState):
+                counters = counters_in_dataset_order(state)
+                out = []
+                for warm in (True, False):
+                    scores = to_entry_order(policy.test_scores(params, bucket, counters, warm), state)[:-1]
+                    gains_e = to_entry_order(gains, state)[:-1]
+                    entered = jnp.arange(bucket.width)[None, :] < state.n_entered[:-1, None]
+                    ranking, slot_valid = metrics.top_k_ranking(scores, entered, self.config.top_k)
+                    out.append(metrics.ndcg_of_ranking(ranking, slot_valid, gains_e, idcg, discount))
+                return out[0], out[1]
+
+            self._eval_fns[cache_key] = jax.jit(evaluate)
+        return self._eval_fns[cache_key]
+
+    # ------------------------------------------------------------------ host-side driver
+    def plan(self, segments: list[SessionDraws]) -> list[list[np.ndarray | None]]:
+        """Lane schedules of every segment and bucket, padded to one step count per bucket.
+
+        One shape per bucket means one compilation per (policy, bucket) for the whole run.
+        """
+        plans = []
+        for draws in segments:
+            bucket_of = self.data.bucket_of_query[draws.query]
+            plan = []
+            for b in range(len(self.data.buckets)):
+                members = np.flatnonzero(bucket_of == b)
+                rows = self.data.row_of_query[draws.query[members]]
+                plan.append(lane_schedule(rows, self.n_lanes[b]) if members.size else None)
+            plans.append(plan)
+        for b in range(len(self.data.buckets)):
+            steps = max((p[b].shape[0] for p in plans if p[b] is not None), default=0)
+            for p in plans:
+                if p[b] is not None and p[b].shape[0] < steps:
+                    pad = np.full((steps - p[b].shape[0], p[b].shape[1]), -1, p[b].dtype)
+                    p[b] = np.concatenate([p[b], pad])
+        return plans
+
+    def run_segment(self, policy: Policy, params, states: list[BucketState], draws: SessionDraws,
+                    run_key: jax.Array, plan: list[np.ndarray | None] | None = None,
+                    ) -> tuple[list[BucketState], np.ndarray, np.ndarray, np.ndarray]:
+        """Simulate ``draws`` with a frozen policy; returns states and per-session NDCG, shown, clicks."""
+        plan = self.plan([draws])[0] if plan is None else plan
+        n = len(draws)
+        k_top = self.config.top_k
+        ndcg = np.zeros(n, np.float32)
+        shown = np.full((n, k_top), -1, np.int32)
+        clicked = np.zeros((n, k_top), bool)
+        bucket_of = self.data.bucket_of_query[draws.query]
+        uniforms = click_uniforms(run_key, int(draws.session[0]) if n else 0, n, self.uniform_rows, k_top)
+        pending = []
+        for b, bucket in enumerate(self.data.buckets):
+            if plan[b] is None:
+                continue
+            members = np.flatnonzero(bucket_of == b)
+            valid = plan[b] >= 0
+            idx = members[np.where(valid, plan[b], 0)]  # segment-local session index per lane step
+            sched_rows = np.where(valid, self.data.row_of_query[draws.query[idx]], bucket.n_queries).astype(np.int32)
+            states[b], outputs = self._segment_fn(policy, b)(
+                params, states[b], bucket, self.gains[b], self.idcg[b], sched_rows, valid & draws.enter[idx],
+                draws.session[idx], uniforms[idx], valid, run_key)
+            pending.append((idx[valid], valid, outputs))  # dispatched: the next bucket overlaps with it
+        for target, valid, (nd, sh, cl) in pending:
+            ndcg[target] = np.asarray(nd)[valid]
+            shown[target] = np.asarray(sh)[valid]
+            clicked[target] = np.asarray(cl)[valid]
+        return states, ndcg, shown, clicked
+
+    def evaluate(self, policy: Policy, params, states: list[BucketState]) -> dict[str, dict[str, float]]:
+        """Warm/Cold NDCG@K of the deterministic ranker over entered documents, mean per split."""
+        warm_all, cold_all, split_all = [], [], []
+        for b, bucket in enumerate(self.data.buckets):
+            warm, cold = self._eval_fn(policy, b)(params, states[b])
+            warm_all.append(np.asarray(warm))
+            cold_all.append(np.asarray(cold))
+            split_all.append(np.asarray(bucket.split))
+        warm, cold, split = (np.concatenate(x) for x in (warm_all, cold_all, split_all))
+        return {name: {"warm": float(warm[split == i].mean()) if np.any(split == i) else float("nan"),
+                       "cold": float(cold[split == i].mean()) if np.any(split == i) else float("nan")}
+                for i, name in enumerate(SPLITS)}
+
+    def init_states(self, key: jax.Array) -> list[BucketState]:
+        init = jax.jit(init_bucket_state, static_argnums=2)
+        return [init(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
+                for b, bucket in enumerate(self.data.buckets)]
+
+    def session_plan(self, key: jax.Array) -> tuple[SessionDraws, SessionDraws]:
+        """Warm-up and main session draws of a trial."""
+        cfg = self.config
+        n_warm = cfg.warmup_sessions_per_query * self.data.n_queries
+        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob)
+        k_warm, k_main = jax.random.split(key)
+        warm = draw_sessions(k_warm, n_warm, self.data.n_queries, 0.0, first_session=0)
+        main = draw_sessions(k_main, n_main, self.data.n_queries, cfg.entry_prob, first_session=n_warm)
+        return warm, main
+
+    def run(self, policy: Policy, key: jax.Array, *, hyper: dict | None = None, progress: bool = True,
+            keep_logs: bool = False, on_segment: Callable[[int, dict], None] | None = None) -> TrialResult:
+        """One trial of ``policy``: warm-up, then segments of sessions, evaluations and retrains."""
+        cfg = self.config
+        k_init, k_plan, k_run, k_policy, k_train = trial_keys(key)
+        timings = {"simulate": 0.0, "train": 0.0, "evaluate": 0.0}
+        states = self.init_states(k_init)
+        params = policy.with_hyper(policy.init(k_policy, self.data), **(hyper or {}))
+        warm, main = self.session_plan(k_plan)
+
+        tic = time.perf_counter()
+        if len(warm) and self.warmup_policy is not None:
+            states, *_ = self.run_segment(self.warmup_policy, self.warmup_policy.init(k_policy, self.data),
+                                          states, warm, k_run)
+        timings["simulate"] += time.perf_counter() - tic
+        train_info = []
+        if cfg.train_after_warmup and policy.trains:
+            params, info = self._update(policy, jax.random.fold_in(k_train, -1), params, states, None)
+            train_info.append(info)
+
+        points = update_points(len(main), cfg.n_updates)
+        starts = np.concatenate([[0], points[:-1] + 1])
+        segments = [main.slice(int(a), int(b)) for a, b in zip(starts, points + 1)]
+        plans = self.plan(segments)
+        n_main = len(main)
+        session_ndcg = np.zeros(n_main, np.float32)
+        logs, history = [], []
+        bar = tqdm(total=n_main, desc=f"{policy.name}", unit="sess", disable=not progress, leave=False)
+        for i, (start, stop, seg, plan) in enumerate(zip(starts, points + 1, segments, plans)):
+            tic = time.perf_counter()
+            states, nd, shown, clicked = self.run_segment(policy, params, states, seg, k_run, plan)
+            timings["simulate"] += time.perf_counter() - tic
+            session_ndcg[start:stop] = nd
+            tic = time.perf_counter()
+            history.append(self.evaluate(policy, params, states))
+            timings["evaluate"] += time.perf_counter() - tic
+            log = SessionLog(query=seg.query, shown=shown, clicks=clicked, session=seg.session)
+            if keep_logs:
+                logs.append(log)
+            if i < len(points) - 1 and policy.trains:
+                tic = time.perf_counter()
+                params, info = self._update(policy, jax.random.fold_in(k_train, i), params, states, log)
+                timings["train"] += time.perf_counter() - tic
+                train_info.append(info)
+            bar.update(int(stop - start))
+            if on_segment is not None:
+                on_segment(i, history[-1])
+        bar.close()
+
+        session_split = self.data.split_of_query[main.query]
+        cum = {name: metrics.cumulative_ndcg(session_ndcg[session_split == s], cfg.gamma)
+               for s, name in enumerate(SPLITS)}
+        return TrialResult(session_ndcg=session_ndcg, session_split=session_split, session_query=main.query,
+                           eval_points=points, eval_history=history, cum_ndcg=cum, train_info=train_info,
+                           timings=timings, final_states=tuple(states), logs=logs if keep_logs else None)
+
+    def _update(self, policy: Policy, key, params, states, log):
+        counters = tuple(counters_in_dataset_order(s) for s in states)
+        entered = tuple(entered_mask(s) for s in states)
+        return policy.update(key, params, self.data, counters, entered, log)

@@ -1,0 +1,105 @@
+"""Simulator state: per-query, per-document counters as a pytree (SPEC §2.2).
+
+Counters are stored in *entry order*: slot ``j`` of a query is the ``j``-th of its documents to
+enter, so the entered documents are always the prefix ``j < n_entered``, and ties in top-k go to
+the earlier-entered document (a random order, so ties never leak the file's label order).
+``order``/``rank`` convert between entry order and the dataset's document order.
+Every array has one extra scratch row (index ``Qb``) that idle simulation lanes write into.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ltrjax.data.layout import Bucket
+
+
+STAT_NAMES = ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")
+
+
+@struct.dataclass
+class DocCounters:
+    """Per-document behaviour statistics, accumulated over every session of every split."""
+
+    clicks: jax.Array  # sum c                       (raw clicks C)
+    ips_clicks: jax.Array  # sum c / theta_k          (IPS clicks)
+    impressions: jax.Array  # n, times shown in the top K
+    exposure: jax.Array  # E = sum theta_k
+    alpha_sum: jax.Array  # sum alpha_k (affine correction, UCBRank Eq. 8)
+    beta_sum: jax.Array  # sum beta_k
+
+    @classmethod
+    def zeros(cls, shape) -> "DocCounters":
+        return cls.unpack(jnp.zeros(tuple(shape) + (len(STAT_NAMES),), jnp.float32))
+
+    @classmethod
+    def unpack(cls, packed: jax.Array) -> "DocCounters":
+        """From a packed ``[..., len(STAT_NAMES)]`` array."""
+        return cls(*(packed[..., i] for i in range(len(STAT_NAMES))))
+
+
+@struct.dataclass
+class BucketState:
+    """Simulation state of one size bucket; leading axis = query (+1 scratch row)."""
+
+    stats: jax.Array  # f32 [Qb+1, Db, len(STAT_NAMES)] counters, entry order, packed for one scatter
+    n_entered: jax.Array  # i32 [Qb+1]
+    issue_count: jax.Array  # i32 [Qb+1] T_q, sessions the query has been issued in
+    order: jax.Array  # i32 [Qb+1, Db] entry slot j -> document slot (dataset order)
+    rank: jax.Array  # i32 [Qb+1, Db] document slot -> entry slot
+    entry_session: jax.Array  # i32 [Qb+1, Db] global session index at which slot j entered (-1: initial)
+
+    @property
+    def counters(self) -> DocCounters:
+        return DocCounters.unpack(self.stats)
+
+
+def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, int]) -> BucketState:
+    """Random entry order per query; a random ``initial_docs`` range (inclusive) of documents enter first."""
+    n_queries, width = bucket.labels.shape
+    keys = jax.vmap(lambda q: jax.random.fold_in(key, q))(bucket.query_index)
+
+    def one_query(k, doc_mask, n_docs):
+        k_order, k_init = jax.random.split(k)
+        priority = jnp.where(doc_mask, jax.random.uniform(k_order, (width,)), 2.0)
+        order = jnp.argsort(priority).astype(jnp.int32)
+        n_initial = jax.random.randint(k_init, (), initial_docs[0], initial_docs[1] + 1)
+        return order, jnp.minimum(n_initial, n_docs).astype(jnp.int32)
+
+    order, n_entered = jax.vmap(one_query)(keys, bucket.doc_mask, bucket.n_docs)
+    rank = jnp.argsort(order, axis=1).astype(jnp.int32)
+    pad_row = lambda a: jnp.concatenate([a, a[:1] * 0], axis=0)  # noqa: E731
+    return BucketState(
+        stats=jnp.zeros((n_queries + 1, width, len(STAT_NAMES)), jnp.float32),
+        n_entered=pad_row(n_entered),
+        issue_count=jnp.zeros((n_queries + 1,), jnp.int32),
+        order=pad_row(order),
+        rank=pad_row(rank),
+        entry_session=jnp.full((n_queries + 1, width), -1, jnp.int32),
+    )
+
+
+def to_entry_order(values: jax.Array, state: BucketState) -> jax.Array:
+    """``[Qb, Db, ...]`` values in dataset order -> ``[Qb+1, Db, ...]`` in entry order."""
+    order = state.order[: values.shape[0]]
+    idx = order.reshape(order.shape + (1,) * (values.ndim - 2))
+    out = jnp.take_along_axis(values, idx, axis=1)
+    return jnp.concatenate([out, jnp.zeros_like(out[:1])], axis=0)
+
+
+def to_dataset_order(values: jax.Array, state: BucketState) -> jax.Array:
+    """``[Qb+1, Db]`` entry-order values -> ``[Qb, Db]`` in dataset order (scratch row dropped)."""
+    return jnp.take_along_axis(values[:-1], state.rank[:-1], axis=1)
+
+
+def counters_in_dataset_order(state: BucketState) -> DocCounters:
+    return jax.tree_util.tree_map(lambda a: to_dataset_order(a, state), state.counters)
+
+
+def entered_mask(state: BucketState) -> jax.Array:
+    """bool [Qb, Db] in dataset order: which documents have entered."""
+    width = state.order.shape[1]
+    entered_entry = jnp.arange(width)[None, :] < state.n_entered[:, None]
+    return to_dataset_order(entered_entry, state)

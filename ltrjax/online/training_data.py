@@ -1,0 +1,35 @@
+"""Gather per-document training examples from the simulator's counters (host side).
+
+Models train on documents of training-split queries that were shown more than
+``min_impressions`` times and early-stop on validation-split documents under the same filter
+(EBRank §5.1, seed-code.md §1.3). Test-split interactions never reach training.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ltrjax.data.layout import PaddedDataset
+from ltrjax.online.state import DocCounters
+
+TRAIN, VALI = 0, 1
+
+
+def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, split: int,
+                      min_impressions: float) -> dict[str, np.ndarray]:
+    """Features and counters of entered documents of ``split`` queries with n > min_impressions."""
+    parts: dict[str, list[np.ndarray]] = {}
+    for bucket, c, ent in zip(data.buckets, counters, entered):
+        impressions = np.asarray(c.impressions)
+        keep = (np.asarray(bucket.split)[:, None] == split) & np.asarray(ent) & (impressions > min_impressions)
+        keep &= np.asarray(bucket.doc_mask)
+        if not keep.any():
+            continue
+        parts.setdefault("features", []).append(np.asarray(bucket.features)[keep])
+        for name in ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum"):
+            parts.setdefault(name, []).append(np.asarray(getattr(c, name))[keep])
+    if not parts:
+        return {"features": np.zeros((0, data.n_features), np.float32),
+                **{k: np.zeros((0,), np.float32) for k in
+                   ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")}}
+    return {k: np.concatenate(v) for k, v in parts.items()}

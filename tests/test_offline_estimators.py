@@ -1,0 +1,262 @@
+"""Offline estimators: the reductions of baselines.md §6.7, per-session references, invariances."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ltrjax.clicks import examination, pbm, relevance_binary
+from ltrjax.offline.estimators import ClickBatch, Propensities, make_estimator
+from ltrjax.offline.estimators.prs import prs_weights
+from ltrjax.offline.estimators.vectorization import base_vector
+from ltrjax.offline.logging import LoggedLists, log_sessions, reduce_sessions
+
+K, F, Q = 10, 5, 6
+
+
+@functools.lru_cache(maxsize=None)
+def _setup(seed=0, n_sessions=400, theta=None):
+    rng = np.random.default_rng(seed)
+    feats = rng.normal(size=(Q, K, F)).astype(np.float32)
+    labels = rng.integers(0, 2, size=(Q, K)).astype(np.int32)
+    mask = np.ones((Q, K), bool)
+    mask[-1, 7:] = False
+    labels = np.where(mask, labels, 0)
+    theta = examination("inverse", K, 1.0) if theta is None else np.full(K, theta)
+    logged = LoggedLists(features=jnp.asarray(feats), labels=jnp.asarray(labels),
+                         relevance=relevance_binary(labels, 1, 0.1) * mask, mask=jnp.asarray(mask),
+                         doc_index=jnp.zeros((Q, K), jnp.int32), query_index=jnp.arange(Q))
+    s = log_sessions(jax.random.PRNGKey(seed), pbm(theta), logged, n_sessions)
+    stats = reduce_sessions(s.clicks, s.query, Q)
+    batch = ClickBatch(features=logged.features, mask=logged.mask, n_sessions=stats.n_sessions,
+                       clicks=stats.clicks, pairs=stats.pairs, pairs_lambda=stats.pairs_lambda)
+    return batch, s, logged
+
+
+def _props(theta, alpha=None, beta=None):
+    theta = jnp.asarray(theta, jnp.float32)
+    return Propensities(theta=theta, alpha=theta if alpha is None else jnp.asarray(alpha, jnp.float32),
+                        beta=jnp.zeros_like(theta) if beta is None else jnp.asarray(beta, jnp.float32))
+
+
+def _init(est, props, seed=1):
+    """Parameters with a random (non-zero) ranker so that losses and gradients are informative."""
+    params, state = est.init(jax.random.PRNGKey(seed), F, props)
+    leaves, tree = jax.tree_util.tree_flatten(params["ranker"])
+    keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
+    leaves = [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
+    return {**params, "ranker": jax.tree_util.tree_unflatten(tree, leaves)}, state
+
+
+def _loss_and_ranker_grad(est, params, state, batch):
+    (loss, new_state), g = jax.jit(jax.value_and_grad(est.loss, has_aux=True))(params, state, batch,
+                                                                          jax.random.PRNGKey(0))
+    return float(loss), g["ranker"], new_state
+
+
+def _assert_same(est_a, est_b, batch, props):
+    pa, sa = _init(est_a, props)
+    pb, sb = est_b.init(jax.random.PRNGKey(1), F, props)
+    pb = {**pb, "ranker": pa["ranker"]}
+    la, ga, _ = _loss_and_ranker_grad(est_a, pa, sa, batch)
+    lb, gb, _ = _loss_and_ranker_grad(est_b, pb, sb, batch)
+    assert la > 0
+    np.testing.assert_allclose(la, lb, rtol=1e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), ga, gb)
+
+
+@pytest.mark.parametrize("form", ["pairwise", "listwise"])
+def test_naive_equals_ips_when_theta_is_one(form):
+    batch, _, _ = _setup(theta=1.0)
+    props = _props(np.ones(K))
+    opts = {"naive_form": form, "ips_form": form}
+    _assert_same(make_estimator("ips", opts), make_estimator("naive", opts), batch, props)
+
+
+def test_prs_equals_naive_pairwise_for_constant_theta():
+    batch, _, _ = _setup()
+    props = _props(np.full(K, 0.3))
+    _assert_same(make_estimator("prs", {"prs_gamma": None}),
+                 make_estimator("naive", {"naive_form": "pairwise"}), batch, props)
+
+
+def test_pair_debias_with_frozen_unit_biases_equals_naive_pairwise():
+    batch, _, _ = _setup()
+    props = _props(examination("inverse", K, 1.0))
+    pd = make_estimator("pair_debias", {"pd_step": 0.0})
+    _assert_same(pd, make_estimator("naive", {"naive_form": "pairwise"}), batch, props)
+    params, state = _init(pd, props)
+    _, _, new_state = _loss_and_ranker_grad(pd, params, state, batch)
+    np.testing.assert_array_equal(new_state["t_plus"], np.ones(K))
+    np.testing.assert_array_equal(new_state["t_minus"], np.ones(K))
+
+
+def test_pair_debias_learns_position_bias_direction():
+    batch, _, _ = _setup(n_sessions=3000)
+    pd = make_estimator("pair_debias", {"pd_step": 0.5})
+    params, state = _init(pd, _props(np.ones(K)))
+    step = jax.jit(pd.loss)
+    for _ in range(20):
+        _, state = step(params, state, batch, None)
+    tp = np.asarray(state["t_plus"])
+    assert np.all(np.isfinite(tp)) and tp[0] == pytest.approx(1.0)
+    assert tp[-1] < tp[0]  # clicks at low positions are rarer: t+ decreases with position
+
+
+def test_constant_dla_propensity_equals_naive_listwise():
+    batch, _, _ = _setup()
+    props = _props(examination("inverse", K, 1.0))
+    dla = make_estimator("dla", {})
+    naive = make_estimator("naive", {"naive_form": "listwise"})
+    params, state = _init(dla, props)
+    params = {**params, "propensity": jnp.full((K,), 0.7)}
+    _, g_dla, _ = _loss_and_ranker_grad(dla, params, state, batch)
+    _, g_naive, _ = _loss_and_ranker_grad(naive, {"ranker": params["ranker"]}, state, batch)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_dla, g_naive)
+
+
+def test_affine_with_unit_trust_equals_ips():
+    """eps+ = 1, eps- = 0: alpha = theta, beta = 0, so the affine labels are c / theta (IPS)."""
+    batch, _, _ = _setup()
+    theta = examination("inverse", K, 1.0)
+    props = _props(theta, alpha=theta, beta=np.zeros(K))
+    for clip in (True, False):
+        _assert_same(make_estimator("affine", {"affine_clip_negative": clip}),
+                     make_estimator("ips", {"ips_form": "listwise"}), batch, props)
+
+
+def test_vectorization_d1_frozen_unit_observation_equals_naive():
+    batch, _, _ = _setup()
+    props = _props(examination("inverse", K, 1.0))
+    vec = make_estimator("vectorization", {"vec_dim": 1, "vec_freeze": 10, "vec_base_hidden": [8]})
+    naive = make_estimator("naive", {"naive_form": "listwise"})
+    params, state = _init(vec, props)
+    loss_v, g_v, _ = _loss_and_ranker_grad(vec, params, state, batch)
+    loss_n, g_n, _ = _loss_and_ranker_grad(naive, {"ranker": params["ranker"]}, state, batch)
+    np.testing.assert_allclose(loss_v, loss_n, rtol=1e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_v, g_n)
+    g_all = jax.jit(jax.grad(lambda p, st: vec.loss(p, st, batch, None)[0]))(params, state)
+    assert float(jnp.abs(g_all["observation"]).max()) == 0.0  # frozen
+    assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree_util.tree_leaves(g_all["base"]))
+    # after the freeze both the observation vectors and the base model get gradients
+    late = {**state, "step": jnp.int32(10)}
+    g_late = jax.jit(jax.grad(lambda p, st: vec.loss(p, st, batch, None)[0]))(params, late)
+    assert float(jnp.abs(g_late["observation"]).max()) > 0
+    assert any(float(jnp.abs(x).max()) > 0 for x in jax.tree_util.tree_leaves(g_late["base"]))
+
+
+def test_base_vector_is_permutation_invariant():
+    props = _props(np.ones(K))
+    vec = make_estimator("vectorization", {"vec_dim": 3, "vec_base_hidden": [8]}, ranker="mlp", hidden=(8,))
+    params, state = vec.init(jax.random.PRNGKey(0), F, props)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2, 9, F)), jnp.float32)
+    mask = jnp.asarray(np.arange(9)[None, :] < np.array([[9], [6]]))
+    score = jax.jit(vec.score)
+    scores = score(params, state, x, mask)
+    perm = np.concatenate([rng.permutation(6), np.arange(6, 9)])  # permute the valid docs of both
+    scores_p = score(params, state, x[:, perm], mask[:, perm])
+    np.testing.assert_allclose(scores_p, scores[:, perm], rtol=1e-5, atol=1e-6)
+    # padding does not move the base vector
+    mu = jnp.asarray(rng.normal(size=(1, 4, 3)))
+    lv = jnp.asarray(rng.normal(size=(1, 4, 3)))
+    b = base_vector(mu, lv, jnp.array([[True, True, True, False]]))
+    b3 = base_vector(mu[:, :3], lv[:, :3], jnp.ones((1, 3), bool))
+    np.testing.assert_allclose(b, b3, rtol=1e-6)
+    want = np.sum(np.exp(-lv[0, :3]) * mu[0, :3], 0) / np.sum(np.exp(-lv[0, :3]), 0)
+    np.testing.assert_allclose(b[0], want, rtol=1e-5)
+
+
+def test_prs_weight_identities():
+    theta = jnp.asarray(examination("inverse", K, 1.3), jnp.float32)
+    w = np.asarray(prs_weights(theta, None))
+    np.testing.assert_allclose(w * w.T, np.ones((K, K)), rtol=1e-5)
+    np.testing.assert_allclose(prs_weights(7.0 * theta, None), w, rtol=1e-5)
+    assert np.asarray(prs_weights(theta, 1.0)).max() <= 1.0
+
+
+# --------------------------------------------------------------------------- per-session references
+def _session_scores(params, est, logged):
+    return np.asarray(jax.jit(est.score)(params, None, logged.features, logged.mask), np.float64)
+
+
+def _ref_pairwise(scores, sessions, mask, weight_fn, lam=False):
+    total = 0.0
+    for q, c in zip(np.asarray(sessions.query), np.asarray(sessions.clicks)):
+        s, m = scores[q], mask[q]
+        order = np.argsort(-np.where(m, s, -np.inf), kind="stable")
+        rank = np.empty(K, int)
+        rank[order] = np.arange(1, K + 1)
+        idcg = sum(1 / np.log2(1 + r) for r in range(1, int(c.sum()) + 1))
+        for i in range(K):
+            for j in range(K):
+                if m[i] and m[j] and c[i] and not c[j]:
+                    term = weight_fn(i, j) * np.log1p(np.exp(-(s[i] - s[j])))
+                    if lam:
+                        term *= abs(1 / np.log2(1 + rank[i]) - 1 / np.log2(1 + rank[j])) / idcg
+                    total += term
+    return total / len(sessions.query)
+
+
+def _ref_listwise(scores, sessions, mask, label_fn):
+    total = 0.0
+    for q, c in zip(np.asarray(sessions.query), np.asarray(sessions.clicks)):
+        s, m = scores[q][mask[q]], mask[q]
+        logp = s - np.log(np.sum(np.exp(s)))
+        y = label_fn(c)[m]
+        total += -np.sum(y * logp)
+    return total / len(sessions.query)
+
+
+@pytest.mark.parametrize("name", ["prs", "prs_lambda", "pns", "ips", "ips_listwise", "affine"])
+def test_aggregated_losses_equal_per_session_sums(name):
+    batch, sessions, logged = _setup(n_sessions=150)
+    theta = np.asarray(examination("inverse", K, 1.0))
+    alpha, beta = theta * 0.8, theta * 0.1
+    props = _props(theta, alpha, beta)
+    opts = {"prs_gamma": 1.0, "ips_form": "listwise" if name == "ips_listwise" else "pairwise", "ips_clip": 5.0,
+            "affine_clip_negative": False}
+    est = make_estimator(name.replace("_listwise", ""), opts)
+    params, state = _init(est, props)
+    loss = float(jax.jit(est.loss)(params, state, batch, None)[0])
+    scores = _session_scores(params, est, logged)
+    mask = np.asarray(logged.mask)
+    if name in ("prs", "prs_lambda"):
+        ref = _ref_pairwise(scores, sessions, mask, lambda i, j: min(1.0, theta[j] / theta[i]), lam=name == "prs_lambda")
+    elif name == "pns":
+        ref = _ref_pairwise(scores, sessions, mask, lambda i, j: theta[j])
+    elif name == "ips":
+        ref = _ref_pairwise(scores, sessions, mask, lambda i, j: min(1 / theta[i], 5.0))
+    elif name == "ips_listwise":
+        ref = _ref_listwise(scores, sessions, mask, lambda c: c * np.minimum(1 / theta, 5.0))
+    else:
+        ref = _ref_listwise(scores, sessions, mask, lambda c: (c - beta) / alpha)
+    assert abs(ref) > 1e-3
+    np.testing.assert_allclose(loss, ref, rtol=2e-4)
+
+
+def test_regression_em_all_clicks_drive_theta_to_one():
+    batch, _, _ = _setup()
+    n = batch.n_sessions[:, None] * batch.mask
+    batch = batch.replace(clicks=n)  # every displayed document clicked in every session
+    est = make_estimator("regression_em", {"em_step": 0.5})
+    params, state = _init(est, _props(np.ones(K)))
+    step = jax.jit(est.loss)
+    for _ in range(30):
+        _, state = step(params, state, batch, None)
+    np.testing.assert_allclose(state["theta"], np.ones(K), atol=1e-4)
+
+
+def test_losses_are_finite_on_empty_rows():
+    batch, _, _ = _setup()
+    empty = jax.tree_util.tree_map(lambda a: a * 0 if a.dtype != jnp.bool_ else a & False, batch)
+    props = _props(examination("inverse", K, 1.0))
+    for name in ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regression_em", "pair_debias", "affine",
+                 "vectorization"]:
+        est = make_estimator(name, {"vec_base_hidden": [8]})
+        params, state = _init(est, props)
+        (loss, _), g = jax.jit(jax.value_and_grad(est.loss, has_aux=True))(params, state, empty, None)
+        assert np.isfinite(float(loss)) and float(loss) == pytest.approx(0.0, abs=1e-6), name
+        assert all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(g)), name
