@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.offline.estimators import LabeledBatch, make_estimator
-from ltrjax.offline.evaluate import make_evaluator
+from ltrjax.offline.evaluate import make_evaluator, make_validator
 from ltrjax.offline.experiment import run_offline
 from ltrjax.offline.lists import bucket_queries, pad_queries
 from ltrjax.offline.toy import toy_queryset
@@ -50,6 +50,7 @@ def test_evaluator_matches_numpy_reference():
     assert res["n_queries"] == len(per["map"])
     for name, vals in per.items():
         np.testing.assert_allclose(res[name], np.mean(vals), rtol=1e-4)
+    np.testing.assert_allclose(make_validator(est, buckets)(params, state), res["ndcg@10"], rtol=1e-5)
 
 
 def test_fit_improves_validation_and_keeps_the_best_epoch():

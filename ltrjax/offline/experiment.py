@@ -35,7 +35,7 @@ DEFAULTS = {
     "estimators": ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regression_em", "pair_debias",
                    "affine", "vectorization", "production", "labeled"],
     "n_sessions": 1_000_000, "list_size": 10, "production_fraction": 0.01, "logging_chunk": 1 << 17,
-    "ranker": "linear", "hidden": [64, 32], "max_docs": 256, "eval_buckets": 2, "progress": True,
+    "ranker": "linear", "hidden": [64, 32], "max_docs": 256, "eval_buckets": 4, "progress": True,
     "click_model": {"kind": "pbm", "examination": "inverse", "eta": 1.0, "relevance": "binary",
                     "threshold": None, "noise": 0.1, "eps_minus_scale": 0.65, "preset": "navigational"},
     "assumed_eta": None,
@@ -219,7 +219,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict
         props = estimator_propensities(exp, logged, trial.y_max)
         out["_logging"] = {"sessions": stats.total_sessions, "clicks": stats.total_clicks}
     evaluator_kw = {"map_threshold": exp["eval"]["map_threshold"], "drop_no_relevant": exp["eval"]["drop_no_relevant"]}
-    for i, name in enumerate(estimators):
+    for name in estimators:
         t0 = time.perf_counter()
         if name == "production":
             res = dict(trial.production_metrics)
@@ -229,7 +229,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict
                   exp["estimator_options"]["labeled_form"])
             if ck not in trial.cache:
                 est = make_estimator("labeled", exp["estimator_options"], exp["ranker"], exp["hidden"])
-                fr = fit(est, trial.labeled_train, jax.random.fold_in(key, 100 + i), trial.n_features,
+                fr = fit(est, trial.labeled_train, jax.random.fold_in(key, 100), trial.n_features,
                          _train_cfg(exp, name), validate=make_validator(est, trial.vali))
                 res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
                 res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])
@@ -237,7 +237,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict
             res = dict(trial.cache[ck])
         else:
             est = make_estimator(name, exp["estimator_options"], exp["ranker"], exp["hidden"])
-            fr = fit(est, data, jax.random.fold_in(key, 100 + i), trial.n_features, _train_cfg(exp, name),
+            fr = fit(est, data, jax.random.fold_in(key, 100), trial.n_features, _train_cfg(exp, name),
                      validate=make_validator(est, trial.vali), props=props)
             res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
             res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])

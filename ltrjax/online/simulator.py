@@ -154,7 +154,8 @@ class Simulator:
     def _segment_fn(self, policy: Policy, b: int) -> Callable:
         cache_key = (id(policy), b)
         if cache_key not in self._segment_fns:
-            self._segment_fns[cache_key] = jax.jit(self._build_segment(policy, b))
+            # the bucket state is donated: the scan updates its buffers in place instead of copying them
+            self._segment_fns[cache_key] = jax.jit(self._build_segment(policy, b), donate_argnums=1)
         return self._segment_fns[cache_key]
 
     def _build_segment(self, policy: Policy, b: int) -> Callable:
@@ -166,11 +167,11 @@ class Simulator:
         inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
         n_docs = jnp.concatenate([bucket.n_docs, jnp.zeros((1,), jnp.int32)])
 
-        def one_session(view: QueryView, gains_row, labels_row, idcg, n_docs_row, enter, session, uniforms, valid,
-                        run_key):
+        def one_session(view: QueryView, score_row, gains_row, labels_row, idcg, n_docs_row, enter, session,
+                        uniforms, valid, run_key):
             n_new = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs_row), view.n_entered)
             view = view._replace(n_entered=n_new, issue_count=view.issue_count + valid)
-            scores = policy.session_scores(view, policy_key(run_key, session))
+            scores = score_row if policy.elementwise else policy.session_scores(view, policy_key(run_key, session))
             shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_new, k_top)
             clicked = click_lib.sample_clicks(cm, uniforms, gains_row[shown], labels_row[shown], slot_valid & valid)
             ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains_row, idcg, discount)
@@ -185,37 +186,44 @@ class Simulator:
             idcg = jnp.concatenate([idcg, jnp.zeros((1,), idcg.dtype)])
 
             def step(carry, xs):
-                stats, n_entered, issue_count, entry_session = carry
+                stats, scores, n_entered, issue_count, entry_session = carry
                 rows, enter, session, uniforms, valid = xs
+                # elementwise policies read a score plane; the others see the query's aux and counters
                 view = QueryView(
-                    aux=jax.tree_util.tree_map(lambda a: a[rows], aux),
+                    aux=None if policy.elementwise else jax.tree_util.tree_map(lambda a: a[rows], aux),
                     hyper=hyper,
-                    counters=DocCounters.unpack(stats[rows]),
+                    counters=None if policy.elementwise else DocCounters.unpack(stats[:, rows]),
                     n_entered=n_entered[rows],
                     issue_count=issue_count[rows],
                 )
                 view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
                 n_new, shown, on, clicked, ndcg = jax.vmap(
-                    one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
-                )(view, gains_e[rows], labels_e[rows], idcg[rows], n_docs[rows], enter, session, uniforms, valid,
-                  run_key)
+                    one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
+                )(view, scores[rows], gains_e[rows], labels_e[rows], idcg[rows], n_docs[rows], enter, session,
+                  uniforms, valid, run_key)
                 c = clicked.astype(jnp.float32)
                 w = on.astype(jnp.float32)
                 # one scatter of all counters, in STAT_NAMES order
-                delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k], axis=-1)
-                stats = stats.at[rows[:, None], shown].add(delta)
+                delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])
+                stats = stats.at[:, rows[:, None], shown].add(delta)
+                if policy.elementwise:  # rescore the shown documents from their updated counters
+                    r, k = rows[:, None], shown
+                    aux_shown = jax.tree_util.tree_map(lambda a: a[r, k], aux)
+                    scores = scores.at[r, k].set(policy.doc_scores(aux_shown, DocCounters.unpack(stats[:, r, k]), hyper))
                 entered_now = n_new > view.n_entered
                 slot = jnp.maximum(n_new - 1, 0)
                 entry_session = entry_session.at[rows, slot].set(
                     jnp.where(entered_now, session, entry_session[rows, slot]))
                 n_entered = n_entered.at[rows].set(n_new)
                 issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
-                shown_docs = jnp.where(on, jnp.take_along_axis(state.order[rows], shown, axis=1), -1)
-                return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
+                shown_docs = jnp.where(on, state.order[rows[:, None], shown], -1)
+                return (stats, scores, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
 
-            carry = (state.stats, state.n_entered, state.issue_count, state.entry_session)
+            scores = (policy.doc_scores(aux, DocCounters.unpack(state.stats), hyper) if policy.elementwise
+                      else jnp.zeros((1, width), jnp.float32))
+            carry = (state.stats, scores, state.n_entered, state.issue_count, state.entry_session)
             xs = (schedule_rows, schedule_enter, schedule_session, schedule_uniforms, schedule_valid)
-            (stats, n_entered, issue_count, entry_session), ys = jax.lax.scan(step, carry, xs)
+            (stats, _, n_entered, issue_count, entry_session), ys = jax.lax.scan(step, carry, xs)
             new_state = state.replace(stats=stats, n_entered=n_entered, issue_count=issue_count,
                                       entry_session=entry_session)
             return new_state, ys

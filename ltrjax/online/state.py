@@ -32,19 +32,20 @@ class DocCounters:
 
     @classmethod
     def zeros(cls, shape) -> "DocCounters":
-        return cls.unpack(jnp.zeros(tuple(shape) + (len(STAT_NAMES),), jnp.float32))
+        return cls.unpack(jnp.zeros((len(STAT_NAMES),) + tuple(shape), jnp.float32))
 
     @classmethod
-    def unpack(cls, packed: jax.Array) -> "DocCounters":
-        """From a packed ``[..., len(STAT_NAMES)]`` array."""
-        return cls(*(packed[..., i] for i in range(len(STAT_NAMES))))
+    def unpack(cls, planes: jax.Array) -> "DocCounters":
+        """From a plane-major ``[len(STAT_NAMES), ...]`` array."""
+        return cls(*(planes[i] for i in range(len(STAT_NAMES))))
 
 
 @struct.dataclass
 class BucketState:
     """Simulation state of one size bucket; leading axis = query (+1 scratch row)."""
 
-    stats: jax.Array  # f32 [Qb+1, Db, len(STAT_NAMES)] counters, entry order, packed for one scatter
+    stats: jax.Array  # f32 [len(STAT_NAMES), Qb+1, Db] counters in entry order: one scatter updates all,
+    #                   and a gather of rows reads only the planes a policy uses
     n_entered: jax.Array  # i32 [Qb+1]
     issue_count: jax.Array  # i32 [Qb+1] T_q, sessions the query has been issued in
     order: jax.Array  # i32 [Qb+1, Db] entry slot j -> document slot (dataset order)
@@ -72,7 +73,7 @@ def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, i
     rank = jnp.argsort(order, axis=1).astype(jnp.int32)
     pad_row = lambda a: jnp.concatenate([a, a[:1] * 0], axis=0)  # noqa: E731
     return BucketState(
-        stats=jnp.zeros((n_queries + 1, width, len(STAT_NAMES)), jnp.float32),
+        stats=jnp.zeros((len(STAT_NAMES), n_queries + 1, width), jnp.float32),
         n_entered=pad_row(n_entered),
         issue_count=jnp.zeros((n_queries + 1,), jnp.int32),
         order=pad_row(order),

@@ -49,6 +49,10 @@ class Policy:
 
     name: str = "policy"
     trains: bool = False
+    # True when a document's logging score depends only on its own aux values and counters
+    # (``doc_scores``): the simulator then keeps a score plane and rescores only the K shown
+    # documents after each session instead of every document of the query.
+    elementwise: bool = False
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()
@@ -67,8 +71,14 @@ class Policy:
         """Per-document values ``[Qb, Db]`` (dataset order), computed once per segment."""
         return jnp.zeros(bucket.labels.shape, jnp.float32)
 
+    def doc_scores(self, aux: Aux, counters: DocCounters, hyper: Any) -> jax.Array:
+        """Elementwise logging scores (any shape) for ``elementwise`` policies."""
+        raise NotImplementedError(f"{self.name} does not define elementwise document scores")
+
     def session_scores(self, view: QueryView, key: jax.Array) -> jax.Array:
         """Logging scores ``[Db]`` of one query for one session (higher is shown first)."""
+        if self.elementwise:
+            return self.doc_scores(view.aux, view.counters, view.hyper)
         return view.aux
 
     def test_scores(self, params: Params, bucket: Bucket, counters: DocCounters, warm: bool) -> jax.Array:

@@ -65,6 +65,7 @@ def prior_nll(alpha, beta, c, n, clamp: float):
 class EBRank(Policy):
     name = "ebrank"
     trains = True
+    elementwise = True
 
     def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: float = 5.0,
                  statistic: str = "exposure", hidden: Sequence[int] = (), min_impressions: float = 20,
@@ -105,10 +106,10 @@ class EBRank(Policy):
                                counters.exposure)
 
     # -- ranking
-    def session_scores(self, view: QueryView, key):
-        c, n, e = self._stats(view.counters)
-        r_hat = posterior_mean(view.aux, self.beta, c, n)
-        return r_hat + view.hyper * marginal_certainty(r_hat, view.aux, self.beta, e)
+    def doc_scores(self, alpha, counters: DocCounters, epsilon):
+        c, n, e = self._stats(counters)
+        r_hat = posterior_mean(alpha, self.beta, c, n)
+        return r_hat + epsilon * marginal_certainty(r_hat, alpha, self.beta, e)
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
         alpha = self.prepare(params, bucket)
@@ -152,8 +153,8 @@ class EBRankOnlyPrior(EBRank):
 
     name = "ebrank_only_prior"
 
-    def session_scores(self, view: QueryView, key):
-        return view.aux / (view.aux + self.beta)
+    def doc_scores(self, alpha, counters, epsilon):
+        return alpha / (alpha + self.beta)
 
     def test_scores(self, params, bucket, counters, warm):
         alpha = self.prepare(params, bucket)
@@ -164,6 +165,7 @@ class EBRankOnlyBehaviour(Policy):
     """Ablation: rank by the behaviour estimate C / N alone, no prior and no training; cold = 0."""
 
     name = "ebrank_only_behav"
+    elementwise = True
 
     def __init__(self, data: PaddedDataset, statistic: str = "exposure", min_denominator: float = 0.01,
                  name: str | None = None):
@@ -176,8 +178,8 @@ class EBRankOnlyBehaviour(Policy):
                                   counters.exposure)
         return c / jnp.maximum(n, self.min_denominator)
 
-    def session_scores(self, view: QueryView, key):
-        return self._ratio(view.counters)
+    def doc_scores(self, aux, counters, hyper):
+        return self._ratio(counters)
 
     def test_scores(self, params, bucket, counters, warm):
         return self._ratio(counters) if warm else jnp.zeros(bucket.labels.shape, jnp.float32)

@@ -1,0 +1,201 @@
+"""EBRank (ltrjax.online.policies.ebrank): the Beta prior's loss, posterior scores, and training."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import betaln
+
+from ltrjax import clicks
+from ltrjax.data.layout import pad_and_bucket
+from ltrjax.data.queryset import QuerySet
+from ltrjax.online.policies.base import QueryView
+from ltrjax.online.policies.ebrank import (
+    EBRank,
+    EBRankOnlyBehaviour,
+    EBRankOnlyPrior,
+    beta_statistics,
+    marginal_certainty,
+    posterior_mean,
+    prior_nll,
+)
+from ltrjax.online.simulator import SimConfig, Simulator
+from ltrjax.online.state import DocCounters
+from tests.toy_data import toy_queryset
+
+N_FEATURES = 4
+
+
+# --------------------------------------------------------------------------- loss and formulas
+def test_prior_nll_matches_scipy_without_clamp():
+    rng = np.random.default_rng(0)
+    alpha = rng.uniform(0.05, 20, 500)
+    beta = rng.uniform(0.5, 10, 500)
+    n = rng.uniform(0, 300, 500)
+    c = rng.uniform(0, 1, 500) * n
+    got = np.asarray(jax.jit(prior_nll)(alpha, beta, c, n, 1e-3), np.float64)
+    want = betaln(alpha, beta) - betaln(c + alpha, n - c + beta)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
+
+
+def test_prior_nll_clamp_keeps_loss_and_gradients_finite():
+    alpha, beta, clamp = jnp.float32(2.0), 5.0, 1e-3
+    value_and_grad = jax.jit(jax.value_and_grad(prior_nll, argnums=(0, 2)), static_argnums=(1, 4))
+    for c, n in [(10.0, 2.0), (30.0, 0.0), (5.0 + 2.0 + 1e-2, 2.0)]:  # C > N + beta
+        assert c > n + beta
+        value, grad = value_and_grad(alpha, beta, jnp.float32(c), jnp.float32(n), clamp)
+        assert np.isfinite(float(value)) and all(np.isfinite(float(g)) for g in grad)
+        assert float(value) == pytest.approx(float(betaln(2.0, beta) - betaln(c + 2.0, clamp)), rel=1e-4)
+    # just below the clamp boundary the unclamped formula applies
+    c, n = 6.0, 2.0  # n - c + beta = 1
+    assert float(prior_nll(alpha, beta, c, n, clamp)) == pytest.approx(
+        float(betaln(2.0, beta) - betaln(c + 2.0, n - c + beta)), rel=1e-5)
+
+
+def test_posterior_mean_and_marginal_certainty():
+    alpha, beta, c, n, e = 2.0, 5.0, 3.0, 10.0, 7.0
+    r = float(posterior_mean(alpha, beta, c, n))
+    assert r == pytest.approx(5.0 / 17.0)
+    assert float(marginal_certainty(r, alpha, beta, e)) == pytest.approx((5.0 / 17.0) / 14.0**2)
+    # no behaviour: the prior mean; much behaviour: the click rate
+    assert float(posterior_mean(alpha, beta, 0.0, 0.0)) == pytest.approx(2.0 / 7.0)
+    assert float(posterior_mean(alpha, beta, 3e5, 1e6)) == pytest.approx(0.3, abs=1e-4)
+    # certainty gains shrink as exposure grows
+    mc = np.asarray(marginal_certainty(r, alpha, beta, jnp.array([0.0, 1.0, 10.0, 100.0])))
+    assert np.all(np.diff(mc) < 0)
+
+
+def test_beta_statistics_and_unknown_statistic():
+    assert beta_statistics("exposure", 1, 2, 3, 4) == (1, 4, 4)
+    assert beta_statistics("ips", 1, 2, 3, 4) == (2, 3, 4)
+    with pytest.raises(ValueError):
+        beta_statistics("clicks", 1, 2, 3, 4)
+    data = pad_and_bucket(toy_queryset(n_queries=6, n_features=N_FEATURES, seed=1), n_buckets=1)
+    with pytest.raises(ValueError):
+        EBRank(data, statistic="clicks")
+
+
+# --------------------------------------------------------------------------- scores
+@pytest.fixture(scope="module")
+def toy():
+    qs = toy_queryset(n_queries=24, min_docs=6, max_docs=14, n_features=N_FEATURES, seed=5)
+    return pad_and_bucket(qs, n_buckets=1)
+
+
+def _counters(rng, shape):
+    impressions = rng.integers(0, 50, shape).astype(np.float32)
+    exposure = impressions * rng.uniform(0.4, 1.0, shape).astype(np.float32)
+    clicks_ = np.floor(exposure * rng.uniform(0, 1, shape)).astype(np.float32)
+    ips = clicks_ * rng.uniform(1.0, 2.6, shape).astype(np.float32)
+    z = np.zeros(shape, np.float32)
+    return DocCounters(*(jnp.asarray(a) for a in (clicks_, ips, impressions, exposure, z, z)))
+
+
+@pytest.mark.parametrize("statistic", ["exposure", "ips"])
+def test_session_and_test_scores(toy, statistic):
+    policy = EBRank(toy, epsilon=7.0, beta=5.0, statistic=statistic)
+    params = policy.init(jax.random.PRNGKey(0), toy)
+    bucket = toy.buckets[0]
+    counters = _counters(np.random.default_rng(1), bucket.labels.shape)
+    alpha = np.asarray(policy.prepare(params, bucket))
+    assert np.all(alpha > 0) and np.all(np.isfinite(alpha))
+    c, n, e = (np.asarray(x) for x in beta_statistics(statistic, counters.clicks, counters.ips_clicks,
+                                                       counters.impressions, counters.exposure))
+    r_hat = (c + alpha) / (n + alpha + 5.0)
+    np.testing.assert_allclose(policy.test_scores(params, bucket, counters, True), r_hat, rtol=1e-5)
+    np.testing.assert_allclose(policy.test_scores(params, bucket, counters, False), alpha / (alpha + 5.0), rtol=1e-5)
+    view = QueryView(aux=jnp.asarray(alpha[0]), hyper=params["epsilon"],
+                     counters=jax.tree_util.tree_map(lambda a: a[0], counters), n_entered=jnp.int32(3),
+                     issue_count=jnp.int32(1))
+    want = r_hat[0] + 7.0 * r_hat[0] / (e[0] + alpha[0] + 5.0) ** 2
+    np.testing.assert_allclose(policy.session_scores(view, jax.random.PRNGKey(0)), want, rtol=1e-5)
+    # ablations
+    prior_only = EBRankOnlyPrior(toy, statistic=statistic)
+    np.testing.assert_allclose(prior_only.session_scores(view, None), alpha[0] / (alpha[0] + 5.0), rtol=1e-5)
+    behav = EBRankOnlyBehaviour(toy, statistic=statistic)
+    np.testing.assert_allclose(behav.test_scores((), bucket, counters, True), c / np.maximum(n, 0.01), rtol=1e-5)
+    np.testing.assert_array_equal(behav.test_scores((), bucket, counters, False), 0.0)
+
+
+def test_with_hyper_changes_only_epsilon(toy):
+    policy = EBRank(toy, epsilon=20.0)
+    params = policy.init(jax.random.PRNGKey(0), toy)
+    new = policy.with_hyper(params, epsilon=0.5)
+    assert float(new["epsilon"]) == 0.5 and float(params["epsilon"]) == 20.0
+    assert float(policy.hyper(new)) == 0.5
+    for a, b in zip(jax.tree_util.tree_leaves(params["prior"]), jax.tree_util.tree_leaves(new["prior"])):
+        np.testing.assert_array_equal(a, b)
+    assert set(new) == set(params)
+    assert policy.with_hyper(params) is params
+    with pytest.raises(ValueError):
+        policy.with_hyper(params, gamma=1.0)
+
+
+# --------------------------------------------------------------------------- simulation
+@pytest.mark.parametrize("statistic", ["ips", "exposure"])
+def test_short_simulation_stays_finite(toy, statistic):
+    # beta = 1 and no impression filter: IPS clicks exceed N + beta for some documents, so the clamp is used
+    policy = EBRank(toy, statistic=statistic, beta=1.0 if statistic == "ips" else 5.0, min_impressions=0,
+                    fit={"max_epochs": 20, "batch_size": 64, "patience": 5})
+    sim = Simulator(toy, clicks.make_click_model({"kind": "pbm"}, 5),
+                    SimConfig(sessions=600, warmup_sessions_per_query=0, n_updates=3, entry_prob=0.5, min_lanes=8))
+    result = sim.run(policy, jax.random.PRNGKey(3), progress=False)
+    assert len(result.train_info) == 2
+    for info in result.train_info:
+        assert not info.get("skipped"), info
+        assert info["n_train"] > 20 and info["epochs"] >= 1
+        assert np.isfinite(info["train_loss"]) and np.isfinite(info["val_loss"])
+    if statistic == "ips":
+        assert max(info["clamped_fraction"] for info in result.train_info) > 0
+    assert np.all(np.isfinite(result.session_ndcg))
+    assert np.all((result.session_ndcg >= 0) & (result.session_ndcg <= 1 + 1e-6))
+    assert all(np.isfinite(v) for v in result.cum_ndcg.values())
+    assert np.isfinite(result.warm_ndcg) and np.isfinite(result.cold_ndcg)
+
+
+# --------------------------------------------------------------------------- the prior learns
+def test_trained_prior_recovers_beta_binomial_mle():
+    """Documents with R ~ Beta(0.5 + 4 x0, 5) and 200 Bernoulli(R) clicks each: training through
+    ``EBRank.update`` learns alpha increasing in x0 (near the truth), flat in a noise feature."""
+    rng = np.random.default_rng(0)
+    n_queries, n_docs, n = 300, 10, 200
+    x = rng.uniform(size=(n_queries * n_docs, 2)).astype(np.float32)
+    alpha_true = 0.5 + 4.0 * x[:, 0]
+    clicked = rng.binomial(n, rng.beta(alpha_true, 5.0)).astype(np.float32)
+    qs = QuerySet(name="mle", features=x, labels=np.zeros(x.shape[0], np.int32),
+                  query_offsets=np.arange(0, x.shape[0] + 1, n_docs, dtype=np.int64),
+                  qids=np.arange(n_queries, dtype=np.int64),
+                  split=np.where(np.arange(n_queries) < 240, 0, 1).astype(np.int8), y_max=1, bm25_column=-1,
+                  feature_ids=np.arange(1, 3, dtype=np.int32))
+    data = pad_and_bucket(qs, n_buckets=1)
+    bucket = data.buckets[0]
+    assert bucket.labels.shape[0] == n_queries
+
+    def dataset_order(values):
+        out = np.zeros(bucket.labels.shape, np.float32)
+        out[:, :n_docs] = values.reshape(n_queries, n_docs)
+        return jnp.asarray(out)
+
+    shown = dataset_order(np.full(x.shape[0], float(n)))
+    counters = DocCounters(clicks=dataset_order(clicked), ips_clicks=dataset_order(clicked), impressions=shown,
+                           exposure=shown, alpha_sum=shown, beta_sum=jnp.zeros_like(shown))
+    policy = EBRank(data, beta=5.0, fit={"max_epochs": 200, "learning_rate": 0.05, "patience": 20})
+    before = policy.init(jax.random.PRNGKey(0), data)
+    after, info = policy.update(jax.random.PRNGKey(1), before, data, (counters,), (bucket.doc_mask,), None)
+    assert info["n_train"] == 2400 and info["n_val"] == 600
+
+    grid = jnp.array([[0.0, 0.5], [0.5, 0.5], [1.0, 0.5], [0.5, 0.0], [0.5, 1.0]])
+    a = np.asarray(policy.alpha(after, grid))
+    assert a[0] < a[1] < a[2]
+    assert 2.5 < a[2] - a[0] < 5.5  # truth: 4
+    assert a[1] == pytest.approx(2.5, abs=0.75)
+    assert abs(a[4] - a[3]) < 0.5  # the noise feature is ignored (it was not at initialization)
+    a0 = np.asarray(policy.alpha(before, grid))
+    assert abs(a0[4] - a0[3]) > 1.0
+
+    def loss(params):
+        return float(jnp.mean(prior_nll(policy.alpha(params, jnp.asarray(x)), 5.0, clicked, float(n), 1e-3)))
+
+    truth = float(jnp.mean(prior_nll(jnp.asarray(alpha_true), 5.0, clicked, float(n), 1e-3)))
+    assert loss(after) < loss(before) - 0.5
+    assert loss(after) < truth + 0.05  # at (or beyond, by overfitting) the true prior's likelihood
