@@ -81,6 +81,15 @@ def _plot(path, sweep, table, xlabel, logx, refs=None):
     plt.close(fig)
 
 
+PAIRS = [("prs", "pns"), ("ips", "naive"), ("prs", "ips"), ("prs", "naive")]
+
+
+def paired(a: dict, b: dict, metric: str = "ndcg@10"):
+    """Mean and std over trials of the per-trial difference a - b (same seeds, same clicks)."""
+    d = np.array([x[metric] for x in a["trials"]]) - np.array([y[metric] for y in b["trials"]])
+    return float(d.mean()), float(d.std()), int((d > 0).sum()), len(d)
+
+
 def markdown(sweep, key, table, refs, clicks) -> str:
     names = sorted({n for row in table.values() for n in row})
     lines = [f"### {sweep} ({key}); NDCG@10 mean ± std over trials", "",
@@ -89,6 +98,23 @@ def markdown(sweep, key, table, refs, clicks) -> str:
     for x, row in table.items():
         cells = [f"{row[n]['ndcg@10']:.4f} ± {row[n]['std']['ndcg@10']:.4f}" if n in row else "" for n in names]
         lines.append(f"| {x} | " + " | ".join(cells) + f" | {clicks.get(x, float('nan')):.0f} |")
+    pairs = [(a, b) for a, b in PAIRS if a in names and b in names]
+    if refs:
+        pairs = [("vectorization", r) for r in refs if r not in ("production", "labeled")]
+    if pairs:
+        lines += ["", "Paired per-trial differences of NDCG@10 (mean ± std; trials where the first is ahead):", "",
+                  "| " + key + " | " + " | ".join(f"{a} - {b}" for a, b in pairs) + " |",
+                  "|---|" + "---|" * len(pairs)]
+        for x, row in table.items():
+            cells = []
+            for a, b in pairs:
+                ea, eb = row.get(a), row.get(b, refs.get(b))
+                if ea is None or eb is None:
+                    cells.append("")
+                    continue
+                m, sd, wins, n = paired(ea, eb)
+                cells.append(f"{m:+.4f} ± {sd:.4f} ({wins}/{n})")
+            lines.append(f"| {x} | " + " | ".join(cells) + " |")
     if refs:
         lines += ["", "Reference estimators (same click model, run once per trial):", "",
                   "| estimator | ndcg@1 | ndcg@3 | ndcg@5 | ndcg@10 | map |", "|---|---|---|---|---|---|"]

@@ -36,6 +36,7 @@ def enable_compilation_cache(cfg: DictConfig) -> None:
 def run_experiment(cfg: DictConfig, out_dir: Path):
     from ltrjax.data.registry import load_dataset
 
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
     enable_compilation_cache(cfg)
     kind = cfg.experiment.kind
     dcfg = dataset_config(cfg)

@@ -77,7 +77,7 @@ def test_run_offline_end_to_end(tmp_path):
     cfg = {"experiment": {"trials": 2, "n_sessions": 20_000, "progress": False,
                           "estimators": ["prs", "production", "labeled"],
                           "click_model": {"threshold": 2}, "train": {"max_epochs": 5, "patience": 2},
-                          "logging_chunk": 8192}}
+                          "logging_chunk": 8192, "eval_buckets": 1}}
     out = run_offline(cfg, tmp_path, queryset=qs)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "results.md").exists()

@@ -24,7 +24,7 @@ from ltrjax import clicks as click_lib
 from ltrjax import metrics
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.online.policies.base import Policy, QueryView, SessionLog
-from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, update_points
+from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, padded_steps, update_points
 from ltrjax.online.state import (
     BucketState,
     DocCounters,
@@ -147,6 +147,7 @@ class Simulator:
                         config.max_lanes)) for b in data.buckets
         )
         self.uniform_rows = 2 if click_model.kind == "cascade" else 1
+        self._steps: dict[tuple[str, int], int] = {}
         self._segment_fns: dict[tuple[int, int], Callable] = {}
         self._eval_fns: dict[tuple[int, int], Callable] = {}
 
@@ -167,11 +168,11 @@ class Simulator:
         inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
         n_docs = jnp.concatenate([bucket.n_docs, jnp.zeros((1,), jnp.int32)])
 
-        def one_session(view: QueryView, score_row, gains_row, labels_row, idcg, n_docs_row, enter, session,
-                        uniforms, valid, run_key):
+        def one_session(view: QueryView, gains_row, labels_row, idcg, n_docs_row, enter, session, uniforms, valid,
+                        run_key):
             n_new = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs_row), view.n_entered)
             view = view._replace(n_entered=n_new, issue_count=view.issue_count + valid)
-            scores = score_row if policy.elementwise else policy.session_scores(view, policy_key(run_key, session))
+            scores = policy.session_scores(view, policy_key(run_key, session))
             shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_new, k_top)
             clicked = click_lib.sample_clicks(cm, uniforms, gains_row[shown], labels_row[shown], slot_valid & valid)
             ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains_row, idcg, discount)
@@ -186,30 +187,26 @@ class Simulator:
             idcg = jnp.concatenate([idcg, jnp.zeros((1,), idcg.dtype)])
 
             def step(carry, xs):
-                stats, scores, n_entered, issue_count, entry_session = carry
+                stats, n_entered, issue_count, entry_session = carry
                 rows, enter, session, uniforms, valid = xs
-                # elementwise policies read a score plane; the others see the query's aux and counters
+                # contiguous row gathers; XLA reads only the counter planes the policy uses
                 view = QueryView(
-                    aux=None if policy.elementwise else jax.tree_util.tree_map(lambda a: a[rows], aux),
+                    aux=jax.tree_util.tree_map(lambda a: a[rows], aux),
                     hyper=hyper,
-                    counters=None if policy.elementwise else DocCounters.unpack(stats[:, rows]),
+                    counters=DocCounters.unpack(stats[:, rows]),
                     n_entered=n_entered[rows],
                     issue_count=issue_count[rows],
                 )
                 view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
                 n_new, shown, on, clicked, ndcg = jax.vmap(
-                    one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
-                )(view, scores[rows], gains_e[rows], labels_e[rows], idcg[rows], n_docs[rows], enter, session,
-                  uniforms, valid, run_key)
+                    one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
+                )(view, gains_e[rows], labels_e[rows], idcg[rows], n_docs[rows], enter, session, uniforms, valid,
+                  run_key)
                 c = clicked.astype(jnp.float32)
                 w = on.astype(jnp.float32)
                 # one scatter of all counters, in STAT_NAMES order
                 delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])
                 stats = stats.at[:, rows[:, None], shown].add(delta)
-                if policy.elementwise:  # rescore the shown documents from their updated counters
-                    r, k = rows[:, None], shown
-                    aux_shown = jax.tree_util.tree_map(lambda a: a[r, k], aux)
-                    scores = scores.at[r, k].set(policy.doc_scores(aux_shown, DocCounters.unpack(stats[:, r, k]), hyper))
                 entered_now = n_new > view.n_entered
                 slot = jnp.maximum(n_new - 1, 0)
                 entry_session = entry_session.at[rows, slot].set(
@@ -217,13 +214,11 @@ class Simulator:
                 n_entered = n_entered.at[rows].set(n_new)
                 issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
                 shown_docs = jnp.where(on, state.order[rows[:, None], shown], -1)
-                return (stats, scores, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
+                return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
 
-            scores = (policy.doc_scores(aux, DocCounters.unpack(state.stats), hyper) if policy.elementwise
-                      else jnp.zeros((1, width), jnp.float32))
-            carry = (state.stats, scores, state.n_entered, state.issue_count, state.entry_session)
+            carry = (state.stats, state.n_entered, state.issue_count, state.entry_session)
             xs = (schedule_rows, schedule_enter, schedule_session, schedule_uniforms, schedule_valid)
-            (stats, _, n_entered, issue_count, entry_session), ys = jax.lax.scan(step, carry, xs)
+            (stats, n_entered, issue_count, entry_session), ys = jax.lax.scan(step, carry, xs)
             new_state = state.replace(stats=stats, n_entered=n_entered, issue_count=issue_count,
                                       entry_session=entry_session)
             return new_state, ys
@@ -251,10 +246,11 @@ class Simulator:
         return self._eval_fns[cache_key]
 
     # ------------------------------------------------------------------ host-side driver
-    def plan(self, segments: list[SessionDraws]) -> list[list[np.ndarray | None]]:
+    def plan(self, segments: list[SessionDraws], phase: str = "main") -> list[list[np.ndarray | None]]:
         """Lane schedules of every segment and bucket, padded to one step count per bucket.
 
-        One shape per bucket means one compilation per (policy, bucket) for the whole run.
+        One shape per bucket means one compilation per (policy, bucket); the step count is also
+        remembered per phase, so later trials (other draws) reuse the shape instead of recompiling.
         """
         plans = []
         for draws in segments:
@@ -266,7 +262,10 @@ class Simulator:
                 plan.append(lane_schedule(rows, self.n_lanes[b]) if members.size else None)
             plans.append(plan)
         for b in range(len(self.data.buckets)):
-            steps = max((p[b].shape[0] for p in plans if p[b] is not None), default=0)
+            needed = max((p[b].shape[0] for p in plans if p[b] is not None), default=0)
+            if needed > self._steps.get((phase, b), 0):
+                self._steps[(phase, b)] = padded_steps(needed + 1)  # headroom for other trials' draws
+            steps = self._steps[(phase, b)]
             for p in plans:
                 if p[b] is not None and p[b].shape[0] < steps:
                     pad = np.full((steps - p[b].shape[0], p[b].shape[1]), -1, p[b].dtype)
@@ -277,7 +276,7 @@ class Simulator:
                     run_key: jax.Array, plan: list[np.ndarray | None] | None = None,
                     ) -> tuple[list[BucketState], np.ndarray, np.ndarray, np.ndarray]:
         """Simulate ``draws`` with a frozen policy; returns states and per-session NDCG, shown, clicks."""
-        plan = self.plan([draws])[0] if plan is None else plan
+        plan = self.plan([draws], phase=f"single-{len(draws)}")[0] if plan is None else plan
         n = len(draws)
         k_top = self.config.top_k
         ndcg = np.zeros(n, np.float32)
@@ -344,7 +343,7 @@ class Simulator:
         tic = time.perf_counter()
         if len(warm) and self.warmup_policy is not None:
             states, *_ = self.run_segment(self.warmup_policy, self.warmup_policy.init(k_policy, self.data),
-                                          states, warm, k_run)
+                                          states, warm, k_run, self.plan([warm], phase="warmup")[0])
         timings["simulate"] += time.perf_counter() - tic
         train_info = []
         if cfg.train_after_warmup and policy.trains:

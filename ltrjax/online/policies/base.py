@@ -49,10 +49,6 @@ class Policy:
 
     name: str = "policy"
     trains: bool = False
-    # True when a document's logging score depends only on its own aux values and counters
-    # (``doc_scores``): the simulator then keeps a score plane and rescores only the K shown
-    # documents after each session instead of every document of the query.
-    elementwise: bool = False
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()
@@ -72,14 +68,12 @@ class Policy:
         return jnp.zeros(bucket.labels.shape, jnp.float32)
 
     def doc_scores(self, aux: Aux, counters: DocCounters, hyper: Any) -> jax.Array:
-        """Elementwise logging scores (any shape) for ``elementwise`` policies."""
-        raise NotImplementedError(f"{self.name} does not define elementwise document scores")
+        """Logging scores from each document's own values (any shape); the default session score."""
+        return aux
 
     def session_scores(self, view: QueryView, key: jax.Array) -> jax.Array:
         """Logging scores ``[Db]`` of one query for one session (higher is shown first)."""
-        if self.elementwise:
-            return self.doc_scores(view.aux, view.counters, view.hyper)
-        return view.aux
+        return self.doc_scores(view.aux, view.counters, view.hyper)
 
     def test_scores(self, params: Params, bucket: Bucket, counters: DocCounters, warm: bool) -> jax.Array:
         """Deterministic scores ``[Qb, Db]`` for offline evaluation, with or without behaviour."""

@@ -8,7 +8,6 @@ from ltrjax.online.policies.base import Policy
 
 class BM25(Policy):
     name = "bm25"
-    elementwise = True
 
     def __init__(self, data: PaddedDataset):
         if data.bm25_column < 0:
@@ -18,6 +17,3 @@ class BM25(Policy):
 
     def prepare(self, params, bucket: Bucket):
         return bucket.features[..., self.column]
-
-    def doc_scores(self, aux, counters, hyper):
-        return aux

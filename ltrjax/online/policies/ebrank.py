@@ -65,7 +65,6 @@ def prior_nll(alpha, beta, c, n, clamp: float):
 class EBRank(Policy):
     name = "ebrank"
     trains = True
-    elementwise = True
 
     def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: float = 5.0,
                  statistic: str = "exposure", hidden: Sequence[int] = (), min_impressions: float = 20,
@@ -165,7 +164,6 @@ class EBRankOnlyBehaviour(Policy):
     """Ablation: rank by the behaviour estimate C / N alone, no prior and no training; cold = 0."""
 
     name = "ebrank_only_behav"
-    elementwise = True
 
     def __init__(self, data: PaddedDataset, statistic: str = "exposure", min_denominator: float = 0.01,
                  name: str | None = None):
