@@ -21,7 +21,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
 from offline_table import ROOT, compose  # noqa: E402

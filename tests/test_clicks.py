@@ -213,7 +213,7 @@ def _load(name):
 
 def test_every_click_model_config_builds():
     names = sorted(p.stem for p in CLICK_MODEL_DIR.glob("*.yaml"))
-    assert names == ["cascade", "ebrank_pbm", "pbm_inverse", "tiangong", "trust_bias", "ucbrank_trust"]
+    assert {"cascade", "ebrank_pbm", "pbm_inverse", "tiangong", "trust_bias", "ucbrank_trust"} <= set(names)
     for name in names:
         model = clicks.make_click_model(_load(name), 5)
         assert model.n_positions == 5, name

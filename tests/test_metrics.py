@@ -37,7 +37,7 @@ def test_ideal_ranking_is_one_and_zero_labels_are_zero():
     labels[:, 0] = 3  # every list has a relevant document
     gains = jnp.asarray(2.0**labels - 1.0, jnp.float32)
     mask = jnp.asarray(mask)
-    for k in (1, 3, 5, 12):
+    for k in (1, 5, 12):
         got = np.asarray(ndcg_at_k(gains, gains, mask, metrics.log2_discount(k)))
         np.testing.assert_allclose(got, 1.0, rtol=1e-6)
         # the reversed ranking is worse wherever the list holds two different gains in the top k

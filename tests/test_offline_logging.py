@@ -7,9 +7,9 @@ import pytest
 
 from ltrjax.clicks import (TIANGONG_MATRIX, cascade, click_matrix, examination, pbm, relevance_binary,
                            trust_bias, vardasbi_trust_epsilons)
-from ltrjax.offline.lists import Lists, bucket_queries, pad_queries
+from ltrjax.offline.lists import bucket_queries, pad_queries
 from ltrjax.offline.logging import (LoggedLists, log_click_stats, log_sessions, reduce_sessions,
-                                    reference_click_stats, reference_session_clicks, session_clicks,
+                                    reference_click_stats, reference_session_clicks,
                                     top_k_lists)
 from ltrjax.offline.toy import toy_queryset
 

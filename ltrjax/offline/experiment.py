@@ -45,8 +45,8 @@ DEFAULTS = {
                           "vec_freeze": 500, "vec_l2": 1e-3, "vec_base_hidden": [256, 64],
                           "affine_clip_negative": True, "labeled_form": "pairwise"},
     "train": {"batch_size": 64, "optimizer": "adam", "learning_rate": 0.01, "clip_norm": 5.0,
-              "weight_decay": 0.0, "max_epochs": 300, "patience": 30},
-    "train_overrides": {},
+              "weight_decay": 0.0, "max_epochs": 300, "patience": 30, "eval_every": 1},
+    "train_overrides": {"vectorization": {"eval_every": 5}},
 }
 
 
@@ -58,7 +58,11 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def experiment_config(cfg) -> dict:
-    """The experiment mapping (``cfg.experiment``) merged over ``DEFAULTS``, as plain dicts."""
+    """The experiment mapping (``cfg.experiment``) merged over ``DEFAULTS``, as plain dicts.
+
+    ``seed``, ``trials`` and ``progress`` left null in ``cfg.experiment`` come from the top level of
+    ``cfg`` (the project's ``conf/config.yaml``), else from ``DEFAULTS``.
+    """
     exp = cfg.get("experiment", cfg) if hasattr(cfg, "get") else cfg
     try:
         from omegaconf import OmegaConf
@@ -67,7 +71,10 @@ def experiment_config(cfg) -> dict:
             exp = OmegaConf.to_container(exp, resolve=True)
     except ImportError:  # pragma: no cover
         pass
-    return _merge(DEFAULTS, dict(exp or {}))
+    exp = {k: v for k, v in dict(exp or {}).items() if v is not None or k not in ("seed", "trials", "progress")}
+    top = {k: cfg.get(k) for k in ("seed", "trials", "progress")} if hasattr(cfg, "get") else {}
+    defaults = _merge(DEFAULTS, {k: v for k, v in top.items() if v is not None})
+    return _merge(defaults, exp)
 
 
 def binarize_threshold(exp: dict, y_max: int) -> int:

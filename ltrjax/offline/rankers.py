@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 
@@ -55,8 +56,6 @@ def make_scorer(kind: str, out_dim: int = 1, hidden: Sequence[int] = (64, 32)) -
 
 def kernel_l2(params) -> jnp.ndarray:
     """sum ||W||^2 / 2 over Dense kernels (biases excluded)."""
-    import jax
-
     leaves = jax.tree_util.tree_leaves_with_path(params)
     total = jnp.float32(0.0)
     for path, leaf in leaves:

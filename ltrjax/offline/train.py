@@ -29,8 +29,9 @@ class TrainConfig:
     clip_norm: float | None = 5.0
     weight_decay: float = 0.0
     max_epochs: int = 100
-    patience: int = 10
+    patience: int = 10  # epochs without a better validation score before stopping
     min_epochs: int = 1
+    eval_every: int = 1  # validate every n epochs (and at the last epoch)
 
     @classmethod
     def from_mapping(cls, m) -> TrainConfig:
@@ -130,14 +131,16 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         if validate is None:
             best = (0.0, params, state, ep + 1)
             continue
-        v = float(validate(params, state))
-        history["vali"].append(v)
         if ep + 1 < min_epochs:  # forced phase (e.g. Vectorization's frozen observations)
             continue
+        if (ep + 1 - min_epochs) % max(cfg.eval_every, 1) and ep + 1 < max_epochs:
+            continue
+        v = float(validate(params, state))
+        history["vali"].append(v)
         if ep + 1 == min_epochs or v > best[0]:
             best, bad = (v, params, state, ep + 1), 0
         else:
-            bad += 1
+            bad += max(cfg.eval_every, 1)
             if bad >= cfg.patience:
                 break
     history.update(best_vali=best[0], best_epoch=best[3], epochs=len(history["loss"]),

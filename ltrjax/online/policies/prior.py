@@ -1,0 +1,111 @@
+"""PRIOR (Gupta et al. 2020, as implemented in the EBRank code; baselines.md §4.2).
+
+Two linear models, both trained with the counterfactual L2 loss against y_d = (sum c/theta)/n:
+
+- h(x_nb):        the prior model, predicting the behaviour signal from non-behaviour features;
+- g([x_nb, x_b]): the full model, with the behaviour feature concatenated.
+
+Serving and warm evaluation score g with x_b := h(x_nb) for documents never shown
+(impressions == 0) and the live x_b otherwise; cold evaluation ranks by h(x_nb) alone.
+Training uses every shown training-split document (n >= 1, no impression filter), early stops
+on validation documents with patience 30, and refits both models at every update.
+
+As in ``counterfactual``, g is linear, so g([x_nb, x_b]) = act(w_nb . x_nb + b + w_b x_b)
+splits into a per-segment part and the live x_b term.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.models.train import FitConfig, make_fit
+from ltrjax.online import behaviour as behav
+from ltrjax.online.policies.base import Policy
+from ltrjax.online.policies.counterfactual import (
+    DEFAULT_FIT,
+    TARGETS,
+    LinearL2Model,
+    counters_of,
+    fit_examples,
+    regression_target,
+    train_l2,
+)
+from ltrjax.online.state import DocCounters
+from ltrjax.online.training_data import TRAIN, VALI, collect_documents
+
+
+class Prior(Policy):
+    name = "prior_concat"
+    trains = True
+
+    def __init__(self, data: PaddedDataset, behaviour: str = "cn", leaky_output: bool = True,
+                 min_impressions: float = 0, target: str = "ips", ctr_prior_count: float = 0.0,
+                 train: bool = True, fit: dict | None = None, name: str | None = None):
+        if target not in TARGETS:
+            raise ValueError(f"unknown regression target {target!r}; expected one of {TARGETS}")
+        self.name = name or self.name
+        self.behaviour = behav.check_feature(behaviour)
+        self.min_impressions = float(min_impressions)
+        self.target = target
+        self.ctr_prior_count = float(ctr_prior_count)
+        self.trains = bool(train)
+        self.prior_model = LinearL2Model(data.n_features, False, (), leaky_output)  # h(x_nb)
+        self.model = LinearL2Model(data.n_features, True, (), leaky_output)  # g([x_nb, x_b])
+        self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, "patience": 30, **dict(fit or {})})
+        self._fit_prior = make_fit(self.prior_model.loss, self.fit_config)
+        self._fit_model = make_fit(self.model.loss, self.fit_config)
+
+    # -- parameters
+    def init(self, key, data: PaddedDataset):
+        k_prior, k_model = jax.random.split(key)
+        return {"prior": self.prior_model.init(k_prior), "model": self.model.init(k_model)}
+
+    def hyper(self, params):
+        return {"w_b": self.model.behaviour_weight(params["model"])}
+
+    # -- features
+    def x_b(self, counters: DocCounters):
+        return behav.feature(self.behaviour, counters, self.ctr_prior_count)
+
+    def prior_scores(self, params, features):
+        """h(x_nb), also the behaviour feature substituted for documents never shown."""
+        return self.prior_model(params["prior"], features)
+
+    def prepare(self, params, bucket: Bucket):
+        """(w_nb . x_nb + b of g, h(x_nb)) per document."""
+        return self.model.base(params["model"], bucket.features), self.prior_scores(params, bucket.features)
+
+    def filled_x_b(self, prior, counters: DocCounters):
+        """x_b for shown documents, h(x_nb) for documents with no impression."""
+        return jnp.where(behav.shown(counters), self.x_b(counters), prior)
+
+    # -- ranking
+    def doc_scores(self, aux, counters: DocCounters, hyper):
+        base, prior = aux
+        return self.model.combine(base, hyper["w_b"], self.filled_x_b(prior, counters))
+
+    def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
+        aux = self.prepare(params, bucket)
+        return self.doc_scores(aux, counters, self.hyper(params)) if warm else aux[1]
+
+    # -- training
+    def _examples(self, docs: dict) -> tuple[dict, dict]:
+        counters = counters_of(docs)
+        x_nb = docs["features"].astype(np.float32)
+        y = regression_target(self.target, counters)
+        x_full = np.concatenate([x_nb, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
+        return fit_examples(x_nb, y), fit_examples(x_full, y)
+
+    def update(self, key, params, data, counters, entered, log):
+        train_h, train_g = self._examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
+        val_h, val_g = self._examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
+        k_prior, k_model = jax.random.split(key)
+        prior, info_h = train_l2(self._fit_prior, self.fit_config, params["prior"], train_h, val_h, k_prior,
+                                 f"{self.name} prior")
+        model, info_g = train_l2(self._fit_model, self.fit_config, params["model"], train_g, val_g, k_model,
+                                 self.name)
+        info = {**{f"prior_{k}": v for k, v in info_h.items()}, **info_g}
+        return {"prior": prior, "model": model}, info
