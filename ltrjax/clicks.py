@@ -232,14 +232,14 @@ def sample_clicks(model: ClickModel, uniforms, relevance, labels, valid=None):
     """
     p = click_prob(model, relevance, labels)
     clicks = uniforms[..., 0, :] < p
+    if valid is not None:  # before the cascade: an empty slot can neither be clicked nor stop the walk
+        clicks = clicks & valid
     if model.kind == "cascade":
         stop_p = model.stop[jnp.clip(labels, 0, model.stop.shape[0] - 1)]
         stops_here = clicks & (uniforms[..., 1, :] < stop_p)
         # reached_k = no stop at any earlier position (paper semantics: stop only after a click)
         stopped_before = jnp.cumsum(stops_here, axis=-1) - stops_here
         clicks = clicks & (stopped_before == 0)
-    if valid is not None:
-        clicks = clicks & valid
     return clicks
 
 
@@ -254,8 +254,12 @@ def affine_terms(model: ClickModel):
 
 
 # --------------------------------------------------------------------------- from config
-def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int) -> ClickModel:
-    """Build a click model from a ``conf/click_model/*.yaml`` mapping."""
+def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int | None = None) -> ClickModel:
+    """Build a click model from a ``conf/click_model/*.yaml`` mapping.
+
+    ``y_max`` (the dataset's top grade) picks the cascade preset's grade count when the config leaves
+    ``n_grades`` null.
+    """
     cfg = dict(cfg or {"kind": "pbm", "examination": "log2", "eta": 1.0})
     kind = cfg.get("kind", "pbm")
     eta = float(cfg.get("eta", 1.0))
@@ -271,7 +275,8 @@ def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int) -> ClickMo
         return click_matrix(TIANGONG_MATRIX, n_positions)
     if kind == "cascade":
         preset = cfg.get("preset", "navigational")
-        n_grades = int(cfg.get("n_grades", 5))
+        n_grades = cfg.get("n_grades") or (y_max + 1 if y_max is not None else 5)
+        n_grades = int(n_grades)
         try:
             p_click, p_stop = CASCADE_PRESETS[preset][n_grades]
         except KeyError as err:

@@ -256,3 +256,13 @@ def test_make_click_model_rejects_unknown():
         clicks.make_click_model({"kind": "cascade", "preset": "perfect", "n_grades": 4}, 5)
     with pytest.raises(ValueError):
         clicks.make_click_model({"kind": "pbm", "examination": "no_such_curve"}, 5)
+
+
+def test_cascade_empty_slot_cannot_stop_the_walk():
+    """A masked (empty) slot draws no click, so it cannot end the cascade for later slots."""
+    model = clicks.cascade([1.0, 1.0], [1.0, 1.0], 3)  # every examined document is clicked, then stop
+    uniforms = jnp.zeros((2, 3))  # u < p everywhere: click and stop whenever allowed
+    labels = jnp.array([1, 1, 1])
+    valid = jnp.array([False, True, True])
+    out = clicks.sample_clicks(model, uniforms, jnp.ones(3), labels, valid)
+    np.testing.assert_array_equal(np.asarray(out), [False, True, False])

@@ -76,7 +76,8 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     tic = time.perf_counter()
     data = pad_and_bucket(queryset, int(cfg.layout.n_buckets))
     sim_cfg = SimConfig.from_mapping(cfg.sim)
-    click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k)
+    click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k,
+                                   y_max=data.y_max)
     warmup = BM25(data) if data.bm25_column >= 0 else None
     if warmup is None:
         log.warning("dataset %s has no BM25 column: the warm-up phase is skipped", data.name)

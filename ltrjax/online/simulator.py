@@ -51,6 +51,9 @@ class SimConfig:
     gamma: float = 0.995
     relevance: str = "ebrank"
     relevance_eps_min: float = 0.1
+    # NDCG discount: "auto" = the examination curve theta_k of a position-based click model under
+    # the EBRank mapping (EBRank's gain/discount convention), else 1/log2(k+1); or "log2"/"examination".
+    discount: str = "auto"
     lanes_per_query: float = 0.25  # lanes = clip(queries * this, min_lanes, max_lanes)
     min_lanes: int = 32
     max_lanes: int = 1024
@@ -86,6 +89,20 @@ class TrialResult:
     @property
     def cold_ndcg(self) -> float:
         return float(self.eval_history[-1]["test"]["cold"])
+
+
+def ndcg_discount(config: SimConfig, click_model: click_lib.ClickModel) -> jax.Array:
+    """The per-position NDCG discount of the protocol (see ``SimConfig.discount``)."""
+    theta = jnp.asarray(click_model.examination[: config.top_k])
+    if config.discount == "examination":
+        return theta
+    if config.discount == "log2":
+        return metrics.log2_discount(config.top_k)
+    if config.discount != "auto":
+        raise ValueError(f"unknown discount {config.discount!r}; expected auto, log2 or examination")
+    if config.relevance == "ebrank" and click_model.kind == "affine" and bool(jnp.all(theta > 0)):
+        return theta
+    return metrics.log2_discount(config.top_k)
 
 
 class TrialKeys(NamedTuple):
@@ -133,8 +150,7 @@ class Simulator:
         self.click_model = click_model
         self.config = config
         self.warmup_policy = warmup_policy
-        self.discount = jnp.asarray(click_model.examination[: config.top_k]) if config.relevance == "ebrank" \
-            else metrics.log2_discount(config.top_k)
+        self.discount = ndcg_discount(config, click_model)
         self.gains = tuple(
             click_lib.relevance(b.labels, data.y_max, config.relevance, eps_min=config.relevance_eps_min)
             * b.doc_mask for b in data.buckets

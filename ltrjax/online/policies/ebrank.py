@@ -167,6 +167,8 @@ class EBRankOnlyBehaviour(Policy):
 
     def __init__(self, data: PaddedDataset, statistic: str = "exposure", min_denominator: float = 0.01,
                  name: str | None = None):
+        if statistic not in STATISTICS:
+            raise ValueError(f"unknown EBRank statistic {statistic!r}; expected one of {STATISTICS}")
         self.name = name or self.name
         self.statistic = statistic
         self.min_denominator = float(min_denominator)
