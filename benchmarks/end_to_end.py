@@ -20,7 +20,7 @@ from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.registry import load_dataset
 from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.policies.ebrank import EBRank
+from ltrjax.online.experiment import make_policy
 from ltrjax.online.simulator import SimConfig, Simulator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,9 @@ def main(argv=None) -> dict:
     sim_cfg = SimConfig.from_mapping(OmegaConf.load(ROOT / "conf" / "config.yaml").sim)
     sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), sim_cfg,
                     warmup_policy=BM25(data))
-    policy = EBRank(data, epsilon=args.epsilon)
+    acfg = OmegaConf.load(ROOT / "conf" / "algorithm" / "ebrank.yaml")
+    acfg.epsilon = args.epsilon
+    policy, _ = make_policy("ebrank", acfg, data)  # the configured EBRank, as `python -m ltrjax.run` builds it
     tic = time.perf_counter()
     result = sim.run(policy, jax.random.PRNGKey(args.seed))
     t_run = time.perf_counter() - tic

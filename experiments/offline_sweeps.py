@@ -131,6 +131,7 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--values", default=None, help="comma-separated x values")
     ap.add_argument("--estimators", default=None, help="comma-separated estimators")
+    ap.add_argument("--references", default=None, help="comma-separated reference estimators (dim sweeps)")
     ap.add_argument("--out", default=None)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
@@ -155,9 +156,10 @@ def main(argv=None):
 
     trials = [prepare_trial(qs, base, int(base["seed"]) + t) for t in tqdm(range(args.trials), desc="prepare")]
     refs = {}
-    if spec.get("references"):
-        rows = [run_setting(tr, base, spec["references"], log=lambda *_: None) for tr in trials]
-        refs = summarize(rows, spec["references"])
+    ref_names = args.references.split(",") if args.references else spec.get("references")
+    if ref_names:
+        rows = [run_setting(tr, base, ref_names, log=lambda *_: None) for tr in trials]
+        refs = summarize(rows, ref_names)
     table, clicks = {}, {}
     for x in tqdm(values, desc=args.sweep):
         exp = json.loads(json.dumps(base))

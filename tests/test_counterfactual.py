@@ -1,5 +1,6 @@
 """Behaviour features, the counterfactual learners (CFTopK/CFRandomK/CFEpsilon) and PRIOR."""
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -24,7 +25,7 @@ from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
 N_FEATURES = 5
-FIT = {"max_epochs": 8, "batch_size": 128}  # one padded shape on toy data: one compilation per fit
+FIT = {"max_epochs": 8, "batch_size": 256}  # one padded shape on toy data: one compilation per fit
 CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,
                    lanes_per_query=0.3)
 
@@ -101,9 +102,8 @@ def test_delta_is_unbiased_under_trust_bias_and_ctr_is_not():
 
 def test_cf_target_is_unbiased_and_cfrandomk_trains(toy):
     """(sum c/theta)/n from the simulator's own counters is unbiased for R (pooled 4 sigma, PBM)."""
-    data, _ = toy
-    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5),
-                    SimConfig(sessions=1000, warmup_sessions_per_query=0, n_updates=3, min_lanes=4))
+    data, toy_sim = toy
+    sim = Simulator(data, toy_sim.click_model, dataclasses.replace(CONFIG, warmup_sessions_per_query=0))
     policy = CFRandomK(data, min_impressions=2, fit=FIT)
     result = sim.run(policy, jax.random.PRNGKey(5), progress=False, keep_logs=True)
     assert np.isfinite([result.cum_ndcg["test"], result.warm_ndcg, result.cold_ndcg]).all()
@@ -127,7 +127,7 @@ def test_cf_target_is_unbiased_and_cfrandomk_trains(toy):
         rr, dd = rows[ok], shown[ok, pos]
         np.add.at(var, (rr, dd), gains[rr, dd] / theta[pos] - gains[rr, dd] ** 2)
     var_entry = np.take_along_axis(var, order[:-1], axis=1)
-    assert n.sum() == 5 * 1000
+    assert n.sum() == 5 * CONFIG.sessions
     z = np.sum(n * (target - r_entry)) / np.sqrt(var_entry.sum())
     assert abs(z) < 4, z
     for level in np.unique(gains[np.asarray(data.buckets[0].doc_mask)]):  # also per relevance level

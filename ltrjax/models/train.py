@@ -2,8 +2,9 @@
 
 The whole fit — shuffling, the ``lax.scan`` over minibatches, validation, keeping the best
 parameters, the patience counter — is one compiled ``lax.while_loop``; no Python DataLoader.
-Example arrays are padded to a power-of-two count (weight 0) so a growing training set only
-recompiles a handful of times.
+Example arrays are padded (weight 0) to a fixed size — ideally every document that could ever be
+trained on — and each epoch runs only the minibatches that hold real examples, so a growing
+training set neither recompiles nor pays for its padding.
 """
 
 from __future__ import annotations
@@ -43,11 +44,18 @@ def make_optimizer(cfg: FitConfig) -> optax.GradientTransformation:
     return factories[cfg.optimizer](cfg.learning_rate)
 
 
-def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int) -> dict[str, np.ndarray]:
-    """Pad every array along axis 0 to a power of two (at least ``multiple``) and add ``weight``."""
+def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | None = None) -> dict[str, np.ndarray]:
+    """Pad every array along axis 0 (real examples first) and add ``weight`` (0 = padding).
+
+    ``size`` fixes the padded length (e.g. every document of the split, so a growing training set
+    never recompiles); otherwise the next power of two. Either way a multiple of ``multiple``.
+    """
     n = len(next(iter(arrays.values())))
-    size = max(multiple, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
-    size = -(-size // multiple) * multiple
+    if size is None:
+        size = max(multiple, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
+    if size < n:
+        raise ValueError(f"cannot pad {n} examples to {size}")
+    size = max(multiple, -(-size // multiple) * multiple)
     out = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in arrays.items()}
     weight = np.zeros(size, np.float32)
     weight[:n] = arrays.get("weight", np.ones(n, np.float32))
@@ -75,20 +83,25 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
     def fit(params, train, val, key):
         n = train["weight"].shape[0]
         batch = min(cfg.batch_size, n)
-        n_batches = n // batch
+        real = train["weight"] > 0
+        n_real = jnp.sum(real)
+        n_batches = (n_real + batch - 1) // batch  # dynamic: padding beyond the last real batch is skipped
 
         def epoch(params, opt_state, key):
-            perm = jax.random.permutation(key, n)[: n_batches * batch].reshape(n_batches, batch)
+            # real examples first, in a fresh random order; padding (weight 0) after them
+            perm = jnp.argsort(jnp.where(real, jax.random.uniform(key, (n,)), 2.0))
+            perm = jnp.concatenate([perm, perm[:batch]])  # room for the last batch's slice
 
-            def step(carry, idx):
+            def step(i, carry):
                 params, opt_state = carry
+                idx = jax.lax.dynamic_slice(perm, (i * batch,), (batch,))
                 mb = jax.tree_util.tree_map(lambda a: a[idx], train)
+                mb["weight"] = jnp.where(i * batch + jnp.arange(batch) < n_real, mb["weight"], 0.0)
                 _, grads = grad_fn(params, mb)
                 updates, opt_state = tx.update(grads, opt_state, params)
-                return (optax.apply_updates(params, updates), opt_state), None
+                return optax.apply_updates(params, updates), opt_state
 
-            (params, opt_state), _ = jax.lax.scan(step, (params, opt_state), perm)
-            return params, opt_state
+            return jax.lax.fori_loop(0, n_batches, step, (params, opt_state))
 
         def cond(carry):
             i, _, _, _, _, since_best, _ = carry

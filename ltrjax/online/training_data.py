@@ -33,3 +33,9 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
                 **{k: np.zeros((0,), np.float32) for k in
                    ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")}}
     return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def split_capacity(data: PaddedDataset, split: int) -> int:
+    """Number of documents of ``split`` queries: the most examples a retrain can ever see (a fixed
+    padded size, so training compiles once per run)."""
+    return int(sum(int(np.sum(np.asarray(b.n_docs)[np.asarray(b.split) == split])) for b in data.buckets))

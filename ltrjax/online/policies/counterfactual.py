@@ -42,20 +42,21 @@ from ltrjax.models.scorers import MLPScorer
 from ltrjax.models.train import FitConfig, make_fit, pad_examples
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy, QueryView
-from ltrjax.online.state import DocCounters
+from ltrjax.online.state import STAT_NAMES, DocCounters
 from ltrjax.online.training_data import TRAIN, VALI, collect_documents
 
 SERVING = ("topk", "randomk", "epsilon")
 TARGETS = ("ips", "delta")
-COUNTER_NAMES = ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")
 
-# Paper-code defaults (seed-code.md §1.3) with Adam in place of plain SGD (see the configs).
-DEFAULT_FIT = {"optimizer": "adam", "learning_rate": 0.01, "batch_size": 64, "max_epochs": 1000, "patience": 60}
+# The paper code's training (seed-code.md §1.3): plain SGD, lr 0.05 (CFTopK, PRIOR; 0.01 for CFRandomK and
+# CFEpsilon, set in their configs), batch 64, <= 1000 epochs, early stopping with patience 60 (PRIOR 30) and
+# restore-best, warm-started from the current weights with a fresh optimizer at every update.
+DEFAULT_FIT = {"optimizer": "sgd", "learning_rate": 0.05, "batch_size": 64, "max_epochs": 1000, "patience": 60}
 
 
 def counters_of(docs: dict) -> DocCounters:
     """``DocCounters`` view of a ``collect_documents`` result (host arrays)."""
-    return DocCounters(**{k: np.asarray(docs[k], np.float32) for k in COUNTER_NAMES})
+    return DocCounters(**{k: np.asarray(docs[k], np.float32) for k in STAT_NAMES})
 
 
 def regression_target(target: str, counters: DocCounters):

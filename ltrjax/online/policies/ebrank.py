@@ -28,9 +28,12 @@ from ltrjax.models.scorers import BetaPrior
 from ltrjax.models.train import FitConfig, make_fit, pad_examples
 from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.state import DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents
+from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
 
 STATISTICS = ("exposure", "ips")
+# Prior training (conf/algorithm/ebrank.yaml). The paper code's SGD 0.05 / batch 64 / <= 1000 epochs /
+# patience 60 reaches the same quality but took 1.8x as long on an MQ2007-sized run.
+DEFAULT_FIT = {"optimizer": "adam", "learning_rate": 0.01, "batch_size": 256, "max_epochs": 300, "patience": 30}
 
 
 def beta_statistics(statistic: str, clicks, ips_clicks, impressions, exposure):
@@ -79,7 +82,7 @@ class EBRank(Policy):
         self.clamp = float(clamp)
         self.n_features = data.n_features
         self.model = BetaPrior(hidden=tuple(hidden), n_features=data.n_features)
-        self.fit_config = FitConfig.from_mapping(fit)
+        self.fit_config = FitConfig.from_mapping(fit or DEFAULT_FIT)
         self._fit = make_fit(self._loss, self.fit_config)
 
     # -- model
@@ -137,8 +140,9 @@ class EBRank(Policy):
         if n_val == 0:  # no validation documents yet: early-stop on the training loss
             val = train
         clamped = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))
-        prior, info = self._fit(params["prior"], pad_examples(train, self.fit_config.batch_size),
-                                pad_examples(val, self.fit_config.batch_size), key)
+        batch = self.fit_config.batch_size
+        prior, info = self._fit(params["prior"], pad_examples(train, batch, split_capacity(data, TRAIN)),
+                                pad_examples(val, batch, max(split_capacity(data, VALI), len(val["c"]))), key)
         params = {**params, "prior": prior}
         info = {k: float(v) for k, v in info.items()}
         finite = all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(params))
