@@ -272,3 +272,15 @@ def test_losses_are_finite_on_empty_rows():
         (loss, _), g = _value_and_grad(est)(params, state, empty, None)
         assert np.isfinite(float(loss)) and float(loss) == pytest.approx(0.0, abs=1e-6), name
         assert all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(g)), name
+
+
+def test_vectorization_dimensions_are_not_tied():
+    """With a linear relevance model the d embedding outputs (and so the o_k columns) must differ."""
+    batch, _, _ = _setup()
+    props = _props(examination("inverse", K, 1.0))
+    vec = make_estimator("vectorization", {"vec_dim": 2, "vec_freeze": 0, "vec_base_hidden": [8]})
+    params, state = vec.init(jax.random.PRNGKey(0), F, props)
+    kernel = np.asarray(params["ranker"]["params"]["Dense_0"]["kernel"])
+    assert np.abs(kernel[:, 0] - kernel[:, 1]).max() > 1e-3
+    g = _value_and_grad(vec)(params, state, batch, None)[1]["observation"]
+    assert np.abs(np.asarray(g[:, 0] - g[:, 1])).max() > 1e-6

@@ -59,14 +59,16 @@ def padded_cells(sizes: np.ndarray, widths: np.ndarray) -> int:
 
 def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
                   merge_tolerance: float = 0.25) -> np.ndarray:
-    """Upper document counts of the buckets: quantiles of the size distribution, rounded up.
+    """Upper document counts of at most ``n_buckets`` buckets, chosen to keep padding small.
 
-    Adjacent buckets are merged while that adds less than ``merge_tolerance`` x (real documents)
-    padded cells in total: every bucket costs one compilation per policy, so small or uniform
-    datasets get one or two buckets and skewed ones (MSLR: 1 to 1,251 documents) get more.
+    Start from fine quantiles of the size distribution (rounded up to ``multiple``) and merge the
+    adjacent pair that adds the fewest padded cells, until at most ``n_buckets`` remain; keep
+    merging while the total padding stays within ``merge_tolerance`` x (real documents) of the
+    unmerged layout: every bucket costs one compilation per policy, so small or uniform datasets
+    get one or two buckets and skewed ones (MSLR: 1 to 1,251 documents) get more.
     """
     sizes = np.sort(np.asarray(docs_per_query))
-    qs = np.quantile(sizes, np.linspace(0, 1, n_buckets + 1)[1:], method="higher")
+    qs = np.quantile(sizes, np.linspace(0, 1, 4 * n_buckets + 1)[1:], method="higher")
     widths = np.unique(-(-qs.astype(np.int64) // multiple) * multiple)
     widths[-1] = max(widths[-1], -(-sizes[-1] // multiple) * multiple)
     budget = padded_cells(sizes, widths) + merge_tolerance * sizes.sum()
@@ -74,17 +76,23 @@ def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
         candidates = [np.delete(widths, i) for i in range(len(widths) - 1)]
         costs = [padded_cells(sizes, w) for w in candidates]
         best = int(np.argmin(costs))
-        if costs[best] > budget:
+        if len(widths) <= n_buckets and costs[best] > budget:
             break
         widths = candidates[best]
     return widths
 
 
-def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8,
-                   merge_tolerance: float = 0.25) -> PaddedDataset:
-    """Split a ``QuerySet`` into padded buckets of queries of similar size."""
+def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_tolerance: float = 0.25,
+                   single_bucket_cells: int = 200_000) -> PaddedDataset:
+    """Split a ``QuerySet`` into padded buckets of queries of similar size.
+
+    A dataset whose one-bucket layout has at most ``single_bucket_cells`` [query, doc] cells stays
+    one bucket: there padding costs less than compiling another bucket's programs.
+    """
     sizes = np.diff(qs.query_offsets).astype(np.int64)
     widths = bucket_widths(sizes, n_buckets, multiple, merge_tolerance)
+    if len(sizes) * widths[-1] <= single_bucket_cells:
+        widths = widths[-1:]
     bucket_of_query = np.searchsorted(widths, sizes, side="left").astype(np.int32)
     row_of_query = np.zeros(len(sizes), np.int32)
     buckets = []

@@ -27,7 +27,11 @@ class Scorer(nn.Module):
             if self.layer_norm:
                 x = nn.LayerNorm()(x)
             x = nn.elu(nn.Dense(width)(x))
-        return nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros if not self.hidden
+        # A scalar linear scorer starts at zero (every score ties; ties are broken by the shuffled
+        # document order). A d-dimensional embedding must start random: with identical columns the
+        # d outputs, and Vectorization's observation vectors, would stay identical forever.
+        zero = not self.hidden and self.out_dim == 1
+        return nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros if zero
                         else nn.initializers.lecun_normal())(x)
 
 

@@ -74,7 +74,8 @@ def make_policy(name: str, acfg: DictConfig, data):
 def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     """Run every configured algorithm for ``cfg.trials`` trials; returns EBRank's (or the first) test Cum-NDCG."""
     tic = time.perf_counter()
-    data = pad_and_bucket(queryset, int(cfg.layout.n_buckets))
+    data = pad_and_bucket(queryset, int(cfg.layout.n_buckets), merge_tolerance=float(cfg.layout.merge_tolerance),
+                          single_bucket_cells=int(cfg.layout.single_bucket_cells))
     sim_cfg = SimConfig.from_mapping(cfg.sim)
     click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k,
                                    y_max=data.y_max)
