@@ -54,7 +54,7 @@ class SimConfig:
     # NDCG discount: "auto" = the examination curve theta_k of a position-based click model under
     # the EBRank mapping (EBRank's gain/discount convention), else 1/log2(k+1); or "log2"/"examination".
     discount: str = "auto"
-    lanes_per_query: float = 0.25  # lanes = clip(queries * this, min_lanes, max_lanes)
+    lanes_per_query: float = 0.1  # lanes = clip(queries * this, min_lanes, max_lanes)
     min_lanes: int = 32
     max_lanes: int = 1024
 
@@ -163,19 +163,19 @@ class Simulator:
                         config.max_lanes)) for b in data.buckets
         )
         self.uniform_rows = 2 if click_model.kind == "cascade" else 1
-        self._steps: dict[tuple[str, int], int] = {}
-        self._segment_fns: dict[tuple[int, int], Callable] = {}
+        self._steps: dict[str, int] = {}
+        self._segment_fns: dict[int, Callable] = {}
         self._eval_fns: dict[tuple[int, int], Callable] = {}
 
     # ------------------------------------------------------------------ compiled pieces
-    def _segment_fn(self, policy: Policy, b: int) -> Callable:
-        cache_key = (id(policy), b)
-        if cache_key not in self._segment_fns:
-            # the bucket state is donated: the scan updates its buffers in place instead of copying them
-            self._segment_fns[cache_key] = jax.jit(self._build_segment(policy, b), donate_argnums=1)
-        return self._segment_fns[cache_key]
+    def _segment_fn(self, policy: Policy) -> Callable:
+        if id(policy) not in self._segment_fns:
+            # bucket states are donated: the scan updates their buffers in place instead of copying them
+            self._segment_fns[id(policy)] = jax.jit(self._build_segment(policy), donate_argnums=1)
+        return self._segment_fns[id(policy)]
 
-    def _build_segment(self, policy: Policy, b: int) -> Callable:
+    def _bucket_step(self, policy: Policy, b: int) -> tuple[Callable, Callable]:
+        """(prepare, step) of one bucket: per-segment constants, and one scan step of its lanes."""
         bucket = self.data.buckets[b]
         cm, k_top, discount = self.click_model, self.config.top_k, self.discount
         width = bucket.width
@@ -194,50 +194,65 @@ class Simulator:
             ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains_row, idcg, discount)
             return n_new, shown, slot_valid & valid, clicked, ndcg
 
-        def segment(params, state: BucketState, bucket: Bucket, gains, idcg, schedule_rows, schedule_enter,
-                    schedule_session, schedule_uniforms, schedule_valid, run_key):
-            aux = jax.tree_util.tree_map(lambda a: to_entry_order(a, state), policy.prepare(params, bucket))
-            hyper = policy.hyper(params)
-            gains_e = to_entry_order(gains, state)
-            labels_e = to_entry_order(bucket.labels, state)
-            idcg = jnp.concatenate([idcg, jnp.zeros((1,), idcg.dtype)])
+        def prepare(params, state: BucketState, bucket: Bucket, gains, idcg):
+            return {
+                "aux": jax.tree_util.tree_map(lambda a: to_entry_order(a, state), policy.prepare(params, bucket)),
+                "hyper": policy.hyper(params),
+                "gains": to_entry_order(gains, state),
+                "labels": to_entry_order(bucket.labels, state),
+                "idcg": jnp.concatenate([idcg, jnp.zeros((1,), idcg.dtype)]),
+                "order": state.order,
+            }
+
+        def step(const, carry, xs, run_key):
+            stats, n_entered, issue_count, entry_session = carry
+            rows, enter, session, uniforms, valid = xs
+            # contiguous row gathers; XLA reads only the counter planes the policy uses
+            view = QueryView(
+                aux=jax.tree_util.tree_map(lambda a: a[rows], const["aux"]),
+                hyper=const["hyper"],
+                counters=DocCounters.unpack(stats[:, rows]),
+                n_entered=n_entered[rows],
+                issue_count=issue_count[rows],
+            )
+            view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
+            n_new, shown, on, clicked, ndcg = jax.vmap(
+                one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
+            )(view, const["gains"][rows], const["labels"][rows], const["idcg"][rows], n_docs[rows], enter, session,
+              uniforms, valid, run_key)
+            c = clicked.astype(jnp.float32)
+            w = on.astype(jnp.float32)
+            # one scatter of all counters, in STAT_NAMES order
+            delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])
+            stats = stats.at[:, rows[:, None], shown].add(delta)
+            entered_now = n_new > view.n_entered
+            slot = jnp.maximum(n_new - 1, 0)
+            entry_session = entry_session.at[rows, slot].set(
+                jnp.where(entered_now, session, entry_session[rows, slot]))
+            n_entered = n_entered.at[rows].set(n_new)
+            issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
+            shown_docs = jnp.where(on, const["order"][rows[:, None], shown], -1)
+            return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
+
+        return prepare, step
+
+    def _build_segment(self, policy: Policy) -> Callable:
+        """One scan per segment whose every step advances the lanes of all buckets: one program per
+        policy, and per-step overhead shared by the buckets."""
+        pieces = [self._bucket_step(policy, b) for b in range(len(self.data.buckets))]
+
+        def segment(params, states, buckets, gains, idcg, schedules, run_key):
+            consts = [prep(params, st, bk, g, i) for (prep, _), st, bk, g, i in zip(pieces, states, buckets, gains, idcg)]
 
             def step(carry, xs):
-                stats, n_entered, issue_count, entry_session = carry
-                rows, enter, session, uniforms, valid = xs
-                # contiguous row gathers; XLA reads only the counter planes the policy uses
-                view = QueryView(
-                    aux=jax.tree_util.tree_map(lambda a: a[rows], aux),
-                    hyper=hyper,
-                    counters=DocCounters.unpack(stats[:, rows]),
-                    n_entered=n_entered[rows],
-                    issue_count=issue_count[rows],
-                )
-                view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
-                n_new, shown, on, clicked, ndcg = jax.vmap(
-                    one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
-                )(view, gains_e[rows], labels_e[rows], idcg[rows], n_docs[rows], enter, session, uniforms, valid,
-                  run_key)
-                c = clicked.astype(jnp.float32)
-                w = on.astype(jnp.float32)
-                # one scatter of all counters, in STAT_NAMES order
-                delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])
-                stats = stats.at[:, rows[:, None], shown].add(delta)
-                entered_now = n_new > view.n_entered
-                slot = jnp.maximum(n_new - 1, 0)
-                entry_session = entry_session.at[rows, slot].set(
-                    jnp.where(entered_now, session, entry_session[rows, slot]))
-                n_entered = n_entered.at[rows].set(n_new)
-                issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
-                shown_docs = jnp.where(on, state.order[rows[:, None], shown], -1)
-                return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
+                out = [fn(const, c, x, run_key) for (_, fn), const, c, x in zip(pieces, consts, carry, xs)]
+                return tuple(o[0] for o in out), tuple(o[1] for o in out)
 
-            carry = (state.stats, state.n_entered, state.issue_count, state.entry_session)
-            xs = (schedule_rows, schedule_enter, schedule_session, schedule_uniforms, schedule_valid)
-            (stats, n_entered, issue_count, entry_session), ys = jax.lax.scan(step, carry, xs)
-            new_state = state.replace(stats=stats, n_entered=n_entered, issue_count=issue_count,
-                                      entry_session=entry_session)
-            return new_state, ys
+            carry = tuple((st.stats, st.n_entered, st.issue_count, st.entry_session) for st in states)
+            carry, ys = jax.lax.scan(step, carry, schedules)
+            new_states = tuple(st.replace(stats=c[0], n_entered=c[1], issue_count=c[2], entry_session=c[3])
+                               for st, c in zip(states, carry))
+            return new_states, ys
 
         return segment
 
@@ -263,10 +278,10 @@ class Simulator:
 
     # ------------------------------------------------------------------ host-side driver
     def plan(self, segments: list[SessionDraws], phase: str = "main") -> list[list[np.ndarray | None]]:
-        """Lane schedules of every segment and bucket, padded to one step count per bucket.
+        """Lane schedules of every segment and bucket, padded to one step count.
 
-        One shape per bucket means one compilation per (policy, bucket); the step count is also
-        remembered per phase, so later trials (other draws) reuse the shape instead of recompiling.
+        One shape means one compilation per policy; the step count is also remembered per phase,
+        so later trials (other draws) reuse the shape instead of recompiling.
         """
         plans = []
         for draws in segments:
@@ -277,15 +292,17 @@ class Simulator:
                 rows = self.data.row_of_query[draws.query[members]]
                 plan.append(lane_schedule(rows, self.n_lanes[b]) if members.size else None)
             plans.append(plan)
-        for b in range(len(self.data.buckets)):
-            needed = max((p[b].shape[0] for p in plans if p[b] is not None), default=0)
-            if needed > self._steps.get((phase, b), 0):
-                self._steps[(phase, b)] = padded_steps(needed + 1)  # headroom for other trials' draws
-            steps = self._steps[(phase, b)]
-            for p in plans:
-                if p[b] is not None and p[b].shape[0] < steps:
-                    pad = np.full((steps - p[b].shape[0], p[b].shape[1]), -1, p[b].dtype)
-                    p[b] = np.concatenate([p[b], pad])
+        needed = max((p[b].shape[0] for p in plans for b in range(len(p)) if p[b] is not None), default=1)
+        if needed > self._steps.get(phase, 0):
+            self._steps[phase] = padded_steps(needed + 1)  # headroom for other trials' draws
+        steps = self._steps[phase]
+        for p in plans:
+            for b, schedule in enumerate(p):
+                if schedule is None:
+                    p[b] = np.full((steps, self.n_lanes[b]), -1, np.int64)
+                elif schedule.shape[0] < steps:
+                    pad = np.full((steps - schedule.shape[0], schedule.shape[1]), -1, schedule.dtype)
+                    p[b] = np.concatenate([schedule, pad])
         return plans
 
     def run_segment(self, policy: Policy, params, states: list[BucketState], draws: SessionDraws,
@@ -300,19 +317,18 @@ class Simulator:
         clicked = np.zeros((n, k_top), bool)
         bucket_of = self.data.bucket_of_query[draws.query]
         uniforms = click_uniforms(run_key, int(draws.session[0]) if n else 0, n, self.uniform_rows, k_top)
-        pending = []
+        schedules, targets = [], []
         for b, bucket in enumerate(self.data.buckets):
-            if plan[b] is None:
-                continue
             members = np.flatnonzero(bucket_of == b)
             valid = plan[b] >= 0
-            idx = members[np.where(valid, plan[b], 0)]  # segment-local session index per lane step
-            sched_rows = np.where(valid, self.data.row_of_query[draws.query[idx]], bucket.n_queries).astype(np.int32)
-            states[b], outputs = self._segment_fn(policy, b)(
-                params, states[b], bucket, self.gains[b], self.idcg[b], sched_rows, valid & draws.enter[idx],
-                draws.session[idx], uniforms[idx], valid, run_key)
-            pending.append((idx[valid], valid, outputs))  # dispatched: the next bucket overlaps with it
-        for target, valid, (nd, sh, cl) in pending:
+            idx = members[np.where(valid, plan[b], 0)] if members.size else np.zeros(plan[b].shape, np.int64)
+            rows = np.where(valid, self.data.row_of_query[draws.query[idx]], bucket.n_queries).astype(np.int32)
+            schedules.append((rows, valid & draws.enter[idx], draws.session[idx], uniforms[idx], valid))
+            targets.append((idx[valid], valid))
+        new_states, ys = self._segment_fn(policy)(params, tuple(states), self.data.buckets, self.gains, self.idcg,
+                                                  tuple(schedules), run_key)
+        states = list(new_states)
+        for (target, valid), (nd, sh, cl) in zip(targets, ys):
             ndcg[target] = np.asarray(nd)[valid]
             shown[target] = np.asarray(sh)[valid]
             clicked[target] = np.asarray(cl)[valid]
