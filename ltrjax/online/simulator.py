@@ -294,7 +294,7 @@ class Simulator:
             plans.append(plan)
         needed = max((p[b].shape[0] for p in plans for b in range(len(p)) if p[b] is not None), default=1)
         if needed > self._steps.get(phase, 0):
-            self._steps[phase] = padded_steps(needed + 1)  # headroom for other trials' draws
+            self._steps[phase] = padded_steps(needed)  # the ladder leaves headroom for other trials' draws
         steps = self._steps[phase]
         for p in plans:
             for b, schedule in enumerate(p):
