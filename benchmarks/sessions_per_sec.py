@@ -31,7 +31,7 @@ from ltrjax.data.registry import load_dataset  # noqa: E402
 from ltrjax.online.policies.ebrank import EBRank  # noqa: E402
 from ltrjax.online.schedule import update_points  # noqa: E402
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys  # noqa: E402
-from tests.reference.online_loop import ReferenceState, run_sessions  # noqa: E402
+from tests.reference.online_loop import ReferenceState, ebrank_scorer, run_sessions  # noqa: E402
 
 
 def build(preset: str, n_queries: int, seed: int):
@@ -94,10 +94,10 @@ def reference_rate(sim: Simulator, policy, key, n_sessions: int) -> float:
     ref = ReferenceState(doc_ids, n_entered)
     click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
     rng = np.random.default_rng(0)
-    kind = {"name": "ebrank", "beta": policy.beta}
+    score_fn = ebrank_scorer(params, policy.beta, features)
     def loop():
         uniforms = rng.random((len(draws), 1, sim.config.top_k), dtype=np.float32)
-        run_sessions(ref, draws, kind, params, features, gains, n_docs, idcg, click, sim.config.top_k, uniforms)
+        run_sessions(ref, draws, score_fn, gains, n_docs, idcg, click, sim.config.top_k, uniforms)
 
     wall, cpu = timed(loop)
     return len(draws) / wall, len(draws) / cpu

@@ -16,11 +16,9 @@ from ltrjax.online.experiment import make_policy
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.counterfactual import CFEpsilon, CFRandomK, CFTopK, CounterfactualL2
 from ltrjax.online.policies.prior import Prior
-from ltrjax.online.schedule import update_points
-from ltrjax.online.simulator import SimConfig, Simulator, click_uniforms, trial_keys
+from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
-from tests.reference.online_loop import COUNTER_NAMES, cumulative, run_sessions, shared_policy_noise
-from tests.test_simulator_reference import dataset_order_counters, reference_inputs, reference_state
+from tests.reference.online_loop import COUNTER_NAMES, cumulative, run_reference, shared_policy_noise
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -227,59 +225,14 @@ def numpy_cf_scores(policy, params, x, c, noise):
     return s
 
 
-def reference_sessions(ref, draws, policy, params, inputs, click, run_key):
-    """One session at a time (tests/reference/online_loop.py) with the CF policy's NumPy scores."""
-    theta, alpha_k, beta_k = (np.asarray(click[k], np.float32)[:5] for k in ("examination", "alpha", "beta"))
-    inv_theta = (np.float32(1) / theta).astype(np.float32)
-    uniforms = click_uniforms(run_key, int(draws.session[0]), len(draws), 1, 5)
-    out_ndcg, out_shown, out_clicks = [], [], []
-    for i, (q, enter) in enumerate(zip(draws.query, draws.enter)):
-        if enter:
-            ref.n_entered[q] = min(ref.n_entered[q] + 1, inputs["n_docs"][q])
-        ref.issue_count[q] += 1
-        n = ref.n_entered[q]
-        docs = ref.doc_ids[q][:n]
-        c = {name: ref.counters[name][q][:n] for name in COUNTER_NAMES}
-        noise = shared_policy_noise(run_key, int(draws.session[i]), inputs["width"][q])[:n]
-        scores = numpy_cf_scores(policy, params, inputs["features"][q][docs], c, noise)
-        order = np.argsort(-scores, kind="stable")[:5]
-        shown_docs = ref.doc_ids[q][order]
-        m = len(order)
-        rel = inputs["gains"][q][shown_docs]
-        clicked = (uniforms[i, 0, :m] < alpha_k[:m] * rel + beta_k[:m]).astype(np.float32)
-        for name, delta in (("clicks", clicked), ("ips_clicks", clicked * inv_theta[:m]),
-                            ("impressions", np.ones_like(clicked)), ("exposure", theta[:m]),
-                            ("alpha_sum", alpha_k[:m]), ("beta_sum", beta_k[:m])):
-            np.add.at(ref.counters[name][q], order, delta)
-        idcg = inputs["idcg"][q]
-        out_ndcg.append(float(np.sum(rel * theta[:m])) / idcg if idcg > 0 else 0.0)
-        out_shown.append(np.concatenate([shown_docs, np.full(5 - m, -1)]))
-        out_clicks.append(np.concatenate([clicked > 0, np.zeros(5 - m, bool)]))
-    return np.asarray(out_ndcg, np.float32), np.asarray(out_shown), np.asarray(out_clicks)
-
-
-def run_reference(sim, policy, key, hyper):
-    data = sim.data
-    keys = trial_keys(key)
-    warm, main = sim.session_plan(keys.plan)
-    inputs = reference_inputs(data)
-    ref = reference_state(data, sim.init_states(keys.init))
-    click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
-    run_sessions(ref, warm, {"name": "bm25", "column": data.bm25_column}, (), features=inputs["features"],
-                 gains=inputs["gains"], n_docs=inputs["n_docs"], idcg=inputs["idcg"], click=click, top_k=5,
-                 uniforms=click_uniforms(keys.run, int(warm.session[0]), len(warm), 1, 5))
-    params = policy.with_hyper(policy.init(keys.policy, data), **hyper)
-    points = update_points(len(main), sim.config.n_updates)
-    starts = np.concatenate([[0], points[:-1] + 1])
-    outputs, n_updates = [], 0
-    for i, (a, b) in enumerate(zip(starts, points + 1)):
-        outputs.append(reference_sessions(ref, main.slice(int(a), int(b)), policy, params, inputs, click, keys.run))
-        if i < len(points) - 1 and policy.trains:
-            counters, entered = dataset_order_counters(data, ref)
-            params, info = policy.update(jax.random.fold_in(keys.train, i), params, data, counters, entered, None)
-            n_updates += not info.get("skipped", False)
-    ndcg, shown, clicked = (np.concatenate(x) for x in zip(*outputs))
-    return ref, ndcg, shown, clicked, data.split_of_query[main.query], n_updates
+def cf_scorer(policy, run_key):
+    """``run_reference`` scorer: the CF policy's NumPy scores with the simulator's noise draws."""
+    def make(params, draws, inputs):
+        def score(i, q, docs, counters):
+            noise = shared_policy_noise(run_key, int(draws.session[i]), inputs["width"][q])[: len(docs)]
+            return numpy_cf_scores(policy, params, inputs["features"][q][docs], counters, noise)
+        return score
+    return make
 
 
 @pytest.mark.parametrize("make_policy, hyper", [
@@ -291,7 +244,8 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
     policy = make_policy(data)
     key = jax.random.PRNGKey(11)
     result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
-    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, key, hyper)
+    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, key, cf_scorer(policy, trial_keys(key).run),
+                                                                hyper)
     np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
     np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
     np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)

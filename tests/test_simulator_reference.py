@@ -9,15 +9,14 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.random_k import RandomK
-from ltrjax.online.schedule import update_points
-from ltrjax.online.simulator import SimConfig, Simulator, click_uniforms, trial_keys
-from ltrjax.online.state import DocCounters
+from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from tests.reference.online_loop import (
     COUNTER_NAMES,
-    ReferenceState,
+    bm25_scorer,
     cumulative,
-    run_sessions,
-    shared_policy_noise,
+    ebrank_scorer,
+    random_k_scorer,
+    run_reference,
 )
 from tests.toy_data import toy_queryset
 
@@ -28,93 +27,22 @@ CONFIG = SimConfig(sessions=700, warmup_sessions_per_query=3, n_updates=3, entry
 @pytest.fixture(scope="module")
 def setup():
     qs = toy_queryset(n_queries=36, min_docs=6, max_docs=30, n_features=6, seed=3)
-    data = pad_and_bucket(qs, n_buckets=2)
+    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
+    assert len(data.buckets) == 2  # the reference check covers sessions in several buckets
     model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)
     return data, model, Simulator(data, model, CONFIG, warmup_policy=BM25(data))
 
 
-def reference_inputs(data):
-    """Per global query: features, gains, n_docs, idcg, width (dataset slot order)."""
-    from ltrjax.clicks import relevance
-    from ltrjax.metrics import ideal_dcg
-    import jax.numpy as jnp
-
-    per_query = {k: [None] * data.n_queries for k in ("features", "gains", "n_docs", "idcg", "width")}
-    disc = jnp.asarray(clicks.examination_log2(5))
-    for bucket in data.buckets:
-        gains = relevance(bucket.labels, data.y_max, "ebrank") * bucket.doc_mask
-        idcg = np.asarray(ideal_dcg(gains, bucket.doc_mask, disc))
-        for r, q in enumerate(np.asarray(bucket.query_index)):
-            per_query["features"][q] = np.asarray(bucket.features[r])
-            per_query["gains"][q] = np.asarray(gains[r])
-            per_query["n_docs"][q] = int(bucket.n_docs[r])
-            per_query["idcg"][q] = float(idcg[r])
-            per_query["width"][q] = bucket.width
-    return per_query
-
-
-def reference_state(data, states):
-    doc_ids, n_entered = [None] * data.n_queries, np.zeros(data.n_queries, np.int64)
-    for bucket, st in zip(data.buckets, states):
-        for r, q in enumerate(np.asarray(bucket.query_index)):
-            doc_ids[q] = np.asarray(st.order[r])[: int(bucket.n_docs[r])]
-            n_entered[q] = int(st.n_entered[r])
-    return ReferenceState(doc_ids, n_entered)
-
-
-def dataset_order_counters(data, ref: ReferenceState):
-    counters, entered = [], []
-    for bucket in data.buckets:
-        arrays = {name: np.zeros(bucket.labels.shape, np.float32) for name in COUNTER_NAMES}
-        ent = np.zeros(bucket.labels.shape, bool)
-        for r, q in enumerate(np.asarray(bucket.query_index)):
-            for name in COUNTER_NAMES:
-                arrays[name][r, ref.doc_ids[q]] = ref.counters[name][q]
-            ent[r, ref.doc_ids[q][: ref.n_entered[q]]] = True
-        counters.append(DocCounters(**{k: jax.numpy.asarray(v) for k, v in arrays.items()}))
-        entered.append(jax.numpy.asarray(ent))
-    return tuple(counters), tuple(entered)
-
-
-def policy_kind(policy, data):
+def numpy_scorer(sim, policy):
+    """The NumPy scoring of each policy under test, for ``run_reference``."""
     if isinstance(policy, BM25):
-        return {"name": "bm25", "column": data.bm25_column}
+        return lambda params, draws, inputs: bm25_scorer(sim.data.bm25_column, inputs["features"])
     if isinstance(policy, RandomK):
-        return {"name": "random_k"}
-    return {"name": "ebrank", "beta": policy.beta, "epsilon": policy.epsilon}
+        return lambda params, draws, inputs: random_k_scorer(trial_keys(KEY).run, draws, inputs["width"])
+    return lambda params, draws, inputs: ebrank_scorer(params, policy.beta, inputs["features"])
 
 
-def run_reference(sim, policy, key):
-    data = sim.data
-    keys = trial_keys(key)
-    states = sim.init_states(keys.init)
-    warm, main = sim.session_plan(keys.plan)
-    inputs = reference_inputs(data)
-    ref = reference_state(data, states)
-    click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
-    common = dict(features=inputs["features"], gains=inputs["gains"], n_docs=inputs["n_docs"],
-                  idcg=inputs["idcg"], click=click, top_k=5)
-
-    def shared(draws):
-        noise = lambda i, q: shared_policy_noise(keys.run, int(draws.session[i]), inputs["width"][q])  # noqa: E731
-        uniforms = click_uniforms(keys.run, int(draws.session[0]), len(draws), 1, 5)
-        return dict(uniforms=uniforms, noise_fn=noise)
-
-    run_sessions(ref, warm, policy_kind(sim.warmup_policy, data), (), **common, **shared(warm))
-    params = policy.init(keys.policy, data)
-    points = update_points(len(main), sim.config.n_updates)
-    starts = np.concatenate([[0], points[:-1] + 1])
-    ndcg, shown, clicked, n_updates = [], [], [], 0
-    for i, (a, b) in enumerate(zip(starts, points + 1)):
-        seg = main.slice(int(a), int(b))
-        nd, sh, cl = run_sessions(ref, seg, policy_kind(policy, data), params, **common, **shared(seg))
-        ndcg.append(nd), shown.append(sh), clicked.append(cl)
-        if i < len(points) - 1 and policy.trains:
-            counters, entered = dataset_order_counters(data, ref)
-            params, info = policy.update(jax.random.fold_in(keys.train, i), params, data, counters, entered, None)
-            n_updates += not info.get("skipped", False)
-    split = data.split_of_query[main.query]
-    return ref, np.concatenate(ndcg), np.concatenate(shown), np.concatenate(clicked), split, n_updates
+KEY = jax.random.PRNGKey(11)
 
 
 @pytest.mark.parametrize("make_policy", [
@@ -125,9 +53,8 @@ def run_reference(sim, policy, key):
 def test_vectorized_equals_reference(setup, make_policy):
     data, _, sim = setup
     policy = make_policy(data)
-    key = jax.random.PRNGKey(11)
-    result = sim.run(policy, key, progress=False, keep_logs=True)
-    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, key)
+    result = sim.run(policy, KEY, progress=False, keep_logs=True)
+    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, KEY, numpy_scorer(sim, policy))
 
     vec_shown = np.concatenate([log.shown for log in result.logs])
     vec_clicks = np.concatenate([log.clicks for log in result.logs])
@@ -148,6 +75,6 @@ def test_vectorized_equals_reference(setup, make_policy):
                 np.testing.assert_array_equal(np.asarray(getattr(st.counters, name)[r])[:n], ref.counters[name][q])
     # the protocol really exercised document entry and (for EBRank) model updates
     assert sum(int(np.sum(st.n_entered[:-1])) for st in result.final_states) > \
-        sum(int(np.sum(st.n_entered[:-1])) for st in sim.init_states(trial_keys(key).init))
+        sum(int(np.sum(st.n_entered[:-1])) for st in sim.init_states(trial_keys(KEY).init))
     if policy.trains:
         assert n_updates >= 1

@@ -4,17 +4,22 @@ It follows the EBRank code's own loop (seed-code.md §1.2): each query keeps its
 shuffled order and the available ones are a prefix of it; per session a document may enter,
 the policy scores the available documents, the top K are shown, clicks are drawn, counters
 are updated with ``np.add.at``. It shares the simulator's random draws (initial order and
-prefix sizes, the session sequence, the click uniforms and the policy noise keys), so
-on the same inputs the two must agree exactly.
+prefix sizes, the session sequence, the click uniforms and the policy noise keys), so on the
+same inputs the two must agree exactly. Policies are scored by a callback
+``score_fn(i, q, docs, counters) -> scores`` written in NumPy by each test.
 """
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-import jax
-
-from ltrjax.online.simulator import SPLITS, policy_key
+from ltrjax.clicks import relevance
+from ltrjax.metrics import ideal_dcg
+from ltrjax.online.schedule import update_points
+from ltrjax.online.simulator import SPLITS, click_uniforms, policy_key, trial_keys
+from ltrjax.online.state import DocCounters
 
 COUNTER_NAMES = ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")
 
@@ -29,37 +34,17 @@ class ReferenceState:
         self.counters = {name: [np.zeros(len(d), np.float32) for d in doc_ids] for name in COUNTER_NAMES}
 
 
-def numpy_scores(kind: dict, q: int, state: ReferenceState, features, params, noise):
-    """Logging scores of the available documents of query ``q`` (entry order)."""
-    n = state.n_entered[q]
-    docs = state.doc_ids[q][:n]
-    c = {name: state.counters[name][q][:n] for name in COUNTER_NAMES}
-    if kind["name"] == "bm25":
-        return features[q][docs, kind["column"]]
-    if kind["name"] == "random_k":
-        return noise[:n]
-    if kind["name"] == "ebrank":
-        dense = params["prior"]["params"]["MLPScorer_0"]["Dense_0"]
-        kernel, bias = np.asarray(dense["kernel"])[:, 0], np.asarray(dense["bias"])[0]
-        logits = features[q][docs] @ kernel + bias
-        alpha = np.logaddexp(np.float32(0), logits).astype(np.float32) + np.float32(1e-4)
-        beta = np.float32(kind["beta"])
-        cc, nn_, ee = c["clicks"], c["exposure"], c["exposure"]
-        r_hat = (cc + alpha) / (nn_ + alpha + beta)
-        return r_hat + np.float32(params["epsilon"]) * (r_hat / (ee + alpha + beta) ** 2)
-    raise ValueError(kind)
-
-
 def shared_policy_noise(run_key, session: int, width: int) -> np.ndarray:
     """The simulator's per-session policy noise (Random-k scores) of one session."""
     return np.asarray(jax.random.uniform(policy_key(run_key, session), (width,)))
 
 
-def run_sessions(state: ReferenceState, draws, policy_kind, params, features, gains, n_docs, idcg,
-                 click, top_k: int, uniforms, noise_fn=None):
+def run_sessions(state: ReferenceState, draws, score_fn, gains, n_docs, idcg, click, top_k: int, uniforms):
     """Run ``draws`` one session at a time; returns per-session NDCG, shown (dataset slots), clicks.
 
-    ``uniforms[i]`` ([2, K]) decides the clicks of session i; ``noise_fn(i, q)`` gives policy noise.
+    ``score_fn(i, q, docs, counters)`` scores the available documents ``docs`` (dataset slots, entry
+    order) of query ``q`` in session ``i`` from their ``counters``; ``uniforms[i]`` ([rows, K])
+    decides the clicks.
     """
     theta = np.asarray(click["examination"], np.float32)[:top_k]
     alpha_k = np.asarray(click["alpha"], np.float32)[:top_k]
@@ -70,26 +55,20 @@ def run_sessions(state: ReferenceState, draws, policy_kind, params, features, ga
         if enter:
             state.n_entered[q] = min(state.n_entered[q] + 1, n_docs[q])
         state.issue_count[q] += 1
-        noise = noise_fn(i, q) if policy_kind["name"] == "random_k" else None
-        scores = numpy_scores(policy_kind, q, state, features, params, noise)
+        n = state.n_entered[q]
+        docs = state.doc_ids[q][:n]
+        scores = score_fn(i, q, docs, {name: state.counters[name][q][:n] for name in COUNTER_NAMES})
         order = np.argsort(-scores, kind="stable")[:top_k]  # ties -> earlier-entered document
-        docs = state.doc_ids[q][order]
-        u = uniforms[i, 0, : len(order)]
-        rel = gains[q][docs]
-        p = alpha_k[: len(order)] * rel + beta_k[: len(order)]
-        c = (u < p).astype(np.float32)
-        for name, delta in (("clicks", c), ("ips_clicks", c * inv_theta[: len(order)]),
-                            ("impressions", np.ones_like(c)), ("exposure", theta[: len(order)]),
-                            ("alpha_sum", alpha_k[: len(order)]), ("beta_sum", beta_k[: len(order)])):
+        m = len(order)
+        shown = state.doc_ids[q][order]
+        rel = gains[q][shown]
+        c = (uniforms[i, 0, :m] < alpha_k[:m] * rel + beta_k[:m]).astype(np.float32)
+        for name, delta in (("clicks", c), ("ips_clicks", c * inv_theta[:m]), ("impressions", np.ones_like(c)),
+                            ("exposure", theta[:m]), ("alpha_sum", alpha_k[:m]), ("beta_sum", beta_k[:m])):
             np.add.at(state.counters[name][q], order, delta)
-        dcg = float(np.sum(rel * theta[: len(order)]))
-        out_ndcg.append(dcg / idcg[q] if idcg[q] > 0 else 0.0)
-        shown = np.full(top_k, -1)
-        shown[: len(order)] = docs
-        out_shown.append(shown)
-        clicked = np.zeros(top_k, bool)
-        clicked[: len(order)] = c > 0
-        out_clicks.append(clicked)
+        out_ndcg.append(float(np.sum(rel * theta[:m])) / idcg[q] if idcg[q] > 0 else 0.0)
+        out_shown.append(np.concatenate([shown, np.full(top_k - m, -1)]))
+        out_clicks.append(np.concatenate([c > 0, np.zeros(top_k - m, bool)]))
     return np.asarray(out_ndcg, np.float32), np.asarray(out_shown), np.asarray(out_clicks)
 
 
@@ -101,3 +80,100 @@ def cumulative(ndcg, split_of_session, gamma):
             total = gamma * total + float(x)
         out[name] = total
     return out
+
+
+# --------------------------------------------------------------------------- NumPy policies
+def bm25_scorer(column, features):
+    return lambda i, q, docs, counters: features[q][docs, column]
+
+
+def random_k_scorer(run_key, draws, widths):
+    return lambda i, q, docs, counters: shared_policy_noise(run_key, int(draws.session[i]), widths[q])[: len(docs)]
+
+
+def ebrank_scorer(params, beta, features):
+    """R_hat + epsilon MC with the exposure statistic, alpha = softplus(x w + b) + 1e-4, in NumPy."""
+    dense = params["prior"]["params"]["MLPScorer_0"]["Dense_0"]
+    kernel, bias = np.asarray(dense["kernel"])[:, 0], np.asarray(dense["bias"])[0]
+    beta, epsilon = np.float32(beta), np.float32(params["epsilon"])
+
+    def score(i, q, docs, c):
+        alpha = np.logaddexp(np.float32(0), features[q][docs] @ kernel + bias).astype(np.float32) + np.float32(1e-4)
+        r_hat = (c["clicks"] + alpha) / (c["exposure"] + alpha + beta)
+        return r_hat + epsilon * (r_hat / (c["exposure"] + alpha + beta) ** 2)
+
+    return score
+
+
+# --------------------------------------------------------------------------- a whole trial
+def reference_inputs(data, top_k: int = 5):
+    """Per global query: features, gains, n_docs, idcg, width (dataset slot order; EBRank gains)."""
+    per_query = {k: [None] * data.n_queries for k in ("features", "gains", "n_docs", "idcg", "width")}
+    disc = jnp.asarray(1.0 / np.log2(np.arange(2, top_k + 2)), jnp.float32)
+    for bucket in data.buckets:
+        gains = relevance(bucket.labels, data.y_max, "ebrank") * bucket.doc_mask
+        idcg = np.asarray(ideal_dcg(gains, bucket.doc_mask, disc))
+        for r, q in enumerate(np.asarray(bucket.query_index)):
+            per_query["features"][q] = np.asarray(bucket.features[r])
+            per_query["gains"][q] = np.asarray(gains[r])
+            per_query["n_docs"][q] = int(bucket.n_docs[r])
+            per_query["idcg"][q] = float(idcg[r])
+            per_query["width"][q] = bucket.width
+    return per_query
+
+
+def reference_state(data, states) -> ReferenceState:
+    doc_ids, n_entered = [None] * data.n_queries, np.zeros(data.n_queries, np.int64)
+    for bucket, st in zip(data.buckets, states):
+        for r, q in enumerate(np.asarray(bucket.query_index)):
+            doc_ids[q] = np.asarray(st.order[r])[: int(bucket.n_docs[r])]
+            n_entered[q] = int(st.n_entered[r])
+    return ReferenceState(doc_ids, n_entered)
+
+
+def dataset_order_counters(data, ref: ReferenceState):
+    """The reference's counters as the simulator hands them to ``Policy.update``."""
+    counters, entered = [], []
+    for bucket in data.buckets:
+        arrays = {name: np.zeros(bucket.labels.shape, np.float32) for name in COUNTER_NAMES}
+        ent = np.zeros(bucket.labels.shape, bool)
+        for r, q in enumerate(np.asarray(bucket.query_index)):
+            for name in COUNTER_NAMES:
+                arrays[name][r, ref.doc_ids[q]] = ref.counters[name][q]
+            ent[r, ref.doc_ids[q][: ref.n_entered[q]]] = True
+        counters.append(DocCounters(**{k: jnp.asarray(v) for k, v in arrays.items()}))
+        entered.append(jnp.asarray(ent))
+    return tuple(counters), tuple(entered)
+
+
+def run_reference(sim, policy, key, make_scorer, hyper=None):
+    """A whole trial (BM25 warm-up, segments, retrains through ``policy.update``) one session at a time.
+
+    ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the policy for a segment.
+    Returns the reference state, per-session NDCG, shown, clicks, session splits and retrain count.
+    """
+    data = sim.data
+    keys = trial_keys(key)
+    warm, main = sim.session_plan(keys.plan)
+    inputs = reference_inputs(data)
+    ref = reference_state(data, sim.init_states(keys.init))
+    click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
+    common = dict(gains=inputs["gains"], n_docs=inputs["n_docs"], idcg=inputs["idcg"], click=click, top_k=5)
+
+    def uniforms(draws):
+        return click_uniforms(keys.run, int(draws.session[0]), len(draws), 1, 5)
+
+    run_sessions(ref, warm, bm25_scorer(data.bm25_column, inputs["features"]), uniforms=uniforms(warm), **common)
+    params = policy.with_hyper(policy.init(keys.policy, data), **(hyper or {}))
+    points = update_points(len(main), sim.config.n_updates)
+    starts = np.concatenate([[0], points[:-1] + 1])
+    outputs, n_updates = [], 0
+    for i, (a, b) in enumerate(zip(starts, points + 1)):
+        seg = main.slice(int(a), int(b))
+        outputs.append(run_sessions(ref, seg, make_scorer(params, seg, inputs), uniforms=uniforms(seg), **common))
+        if i < len(points) - 1 and policy.trains:
+            counters, entered = dataset_order_counters(data, ref)
+            params, info = policy.update(jax.random.fold_in(keys.train, i), params, data, counters, entered, None)
+            n_updates += not info.get("skipped", False)
+    ndcg, shown, clicked = (np.concatenate(x) for x in zip(*outputs))
+    return ref, ndcg, shown, clicked, data.split_of_query[main.query], n_updates

@@ -26,7 +26,7 @@ from jax.scipy.special import betaln
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import BetaPrior
 from ltrjax.models.train import FitConfig, make_fit, pad_examples
-from ltrjax.online.policies.base import Policy, QueryView
+from ltrjax.online.policies.base import Policy
 from ltrjax.online.state import DocCounters
 from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
 
