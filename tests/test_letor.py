@@ -1,7 +1,6 @@
 """LETOR/SVMlight parser, its errors and its cache."""
 
 import gzip
-import pathlib
 import time
 
 import numpy as np
@@ -11,16 +10,9 @@ from ltrjax.data import letor
 from ltrjax.data.errors import DataFormatError
 from ltrjax.data.letor import parse_letor_bytes, read_letor
 
-MQ2008 = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "MQ2008"
-needs_mq2008 = pytest.mark.skipif(
-    not (MQ2008 / "Fold1" / "train.txt").is_file(),
-    reason=f"MQ2008 not found at {MQ2008} (expected ../shared/data/MQ2008 next to the repository)",
-)
+from tests.shared_data import MQ2008, needs_mq2008
 
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LTRJAX_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def reference_parse(text: str, n_features: int | None = None):

@@ -18,16 +18,9 @@ from ltrjax.data.registry import DEFAULTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "dataset"
-MQ2008 = ROOT.parent / "shared" / "data" / "MQ2008"
-needs_mq2008 = pytest.mark.skipif(
-    not (MQ2008 / "Fold1" / "train.txt").is_file(),
-    reason=f"MQ2008 not found at {MQ2008} (expected ../shared/data/MQ2008 next to the repository)",
-)
+from tests.shared_data import MQ2008, needs_mq2008
 
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LTRJAX_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def config(name: str) -> dict:
