@@ -49,7 +49,7 @@ def main(argv=None) -> dict:
     tic = time.perf_counter()
     result = sim.run(policy, jax.random.PRNGKey(args.seed))
     t_run = time.perf_counter() - tic
-    warm, main_ = (len(d) for d in sim.session_plan(jax.random.PRNGKey(0)))
+    warm, main_ = sim.session_counts()
     out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_, "warmup_sessions": warm,
            "data_seconds": t_data, "run_seconds": t_run, "total_seconds": t_data + t_run,
            "timings": result.timings, "retrains": len(result.train_info),

@@ -127,3 +127,27 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
                              "train_loss": batch_loss(best_params, train)}
 
     return fit
+
+
+def fit_early_stopped(fit: Callable, cfg: FitConfig, params, train: Mapping[str, np.ndarray],
+                      val: Mapping[str, np.ndarray], key, name: str,
+                      capacity: tuple[int | None, int | None] = (None, None)):
+    """One retrain with ``fit`` from ``make_fit``; returns (params, info).
+
+    Skips (params unchanged) with fewer than ``cfg.min_examples`` training examples, early-stops on
+    the training loss while there are no validation examples yet, pads to ``capacity`` (the most
+    examples a split can ever hold, so retrains compile once) and refuses non-finite parameters.
+    """
+    n_train, n_val = (len(next(iter(d.values()))) for d in (train, val))
+    if n_train < cfg.min_examples:
+        return params, {"skipped": True, "n_train": n_train, "n_val": n_val}
+    if n_val == 0:
+        val = train
+    train_size, val_size = capacity
+    if val_size is not None:
+        val_size = max(val_size, len(next(iter(val.values()))))
+    new, info = fit(params, pad_examples(train, cfg.batch_size, train_size),
+                    pad_examples(val, cfg.batch_size, val_size), key)
+    if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(new)):
+        raise FloatingPointError(f"{name}: parameters became non-finite after training")
+    return new, {**{k: float(v) for k, v in info.items()}, "n_train": n_train, "n_val": n_val}

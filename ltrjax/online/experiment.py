@@ -83,7 +83,7 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     if warmup is None:
         log.warning("dataset %s has no BM25 column: the warm-up phase is skipped", data.name)
     sim = Simulator(data, click_model, sim_cfg, warmup_policy=warmup)
-    n_warm, n_main = (len(d) for d in sim.session_plan(jax.random.PRNGKey(0)))
+    n_warm, n_main = sim.session_counts()
     header = {
         "dataset": data.name,
         "sessions": n_main,

@@ -139,6 +139,9 @@ def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
     return max(1, int(round(data.n_queries * max(mean_docs - 5.0, 1.0) / entry_prob)))
 
 
+_init_bucket_state = jax.jit(init_bucket_state, static_argnums=2)
+
+
 class Simulator:
     """Runs trials of one dataset and click model; compiled functions are cached per policy."""
 
@@ -278,7 +281,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ host-side driver
     def plan(self, segments: list[SessionDraws], phase: str = "main") -> list[list[np.ndarray | None]]:
-        """Lane schedules of every segment and bucket, padded to one step count.
+        """Lane schedules of every segment and bucket, padded to one step count: entry ``[step, lane]``
+        is the segment-local index of the session that lane runs, or -1 when it is idle.
 
         One shape means one compilation per policy; the step count is also remembered per phase,
         so later trials (other draws) reuse the shape instead of recompiling.
@@ -289,8 +293,11 @@ class Simulator:
             plan = []
             for b in range(len(self.data.buckets)):
                 members = np.flatnonzero(bucket_of == b)
-                rows = self.data.row_of_query[draws.query[members]]
-                plan.append(lane_schedule(rows, self.n_lanes[b]) if members.size else None)
+                if members.size == 0:
+                    plan.append(None)
+                    continue
+                schedule = lane_schedule(self.data.row_of_query[draws.query[members]], self.n_lanes[b])
+                plan.append(np.where(schedule >= 0, members[np.maximum(schedule, 0)], -1))  # segment-local
             plans.append(plan)
         needed = max((p[b].shape[0] for p in plans for b in range(len(p)) if p[b] is not None), default=1)
         if needed > self._steps.get(phase, 0):
@@ -315,13 +322,11 @@ class Simulator:
         ndcg = np.zeros(n, np.float32)
         shown = np.full((n, k_top), -1, np.int32)
         clicked = np.zeros((n, k_top), bool)
-        bucket_of = self.data.bucket_of_query[draws.query]
         uniforms = click_uniforms(run_key, int(draws.session[0]) if n else 0, n, self.uniform_rows, k_top)
         schedules, targets = [], []
         for b, bucket in enumerate(self.data.buckets):
-            members = np.flatnonzero(bucket_of == b)
             valid = plan[b] >= 0
-            idx = members[np.where(valid, plan[b], 0)] if members.size else np.zeros(plan[b].shape, np.int64)
+            idx = np.where(valid, plan[b], 0)
             rows = np.where(valid, self.data.row_of_query[draws.query[idx]], bucket.n_queries).astype(np.int32)
             schedules.append((rows, valid & draws.enter[idx], draws.session[idx], uniforms[idx], valid))
             targets.append((idx[valid], valid))
@@ -348,15 +353,19 @@ class Simulator:
                 for i, name in enumerate(SPLITS)}
 
     def init_states(self, key: jax.Array) -> list[BucketState]:
-        init = jax.jit(init_bucket_state, static_argnums=2)
-        return [init(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
+        return [_init_bucket_state(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
                 for b, bucket in enumerate(self.data.buckets)]
+
+    def session_counts(self) -> tuple[int, int]:
+        """(warm-up, main) sessions of a trial."""
+        cfg = self.config
+        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob)
+        return cfg.warmup_sessions_per_query * self.data.n_queries, n_main
 
     def session_plan(self, key: jax.Array) -> tuple[SessionDraws, SessionDraws]:
         """Warm-up and main session draws of a trial."""
         cfg = self.config
-        n_warm = cfg.warmup_sessions_per_query * self.data.n_queries
-        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob)
+        n_warm, n_main = self.session_counts()
         k_warm, k_main = jax.random.split(key)
         warm = draw_sessions(k_warm, n_warm, self.data.n_queries, 0.0, first_session=0)
         main = draw_sessions(k_main, n_main, self.data.n_queries, cfg.entry_prob, first_session=n_warm)

@@ -19,9 +19,8 @@ from ltrjax.clicks import relevance
 from ltrjax.metrics import ideal_dcg
 from ltrjax.online.schedule import update_points
 from ltrjax.online.simulator import SPLITS, click_uniforms, policy_key, trial_keys
+from ltrjax.online.state import STAT_NAMES as COUNTER_NAMES
 from ltrjax.online.state import DocCounters
-
-COUNTER_NAMES = ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")
 
 
 class ReferenceState:

@@ -39,11 +39,11 @@ import numpy as np
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import MLPScorer
-from ltrjax.models.train import FitConfig, make_fit, pad_examples
+from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.state import STAT_NAMES, DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents
+from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
 
 SERVING = ("topk", "randomk", "epsilon")
 TARGETS = ("ips", "delta")
@@ -121,19 +121,6 @@ class LinearL2Model:
 
 def fit_examples(features: np.ndarray, target) -> dict:
     return {"features": np.asarray(features, np.float32), "target": np.asarray(target, np.float32)}
-
-
-def train_l2(fit, fit_config: FitConfig, params, train: dict, val: dict, key, name: str):
-    """One early-stopped L2 fit; returns (params, info) — params unchanged when there is too little data."""
-    n_train, n_val = len(train["target"]), len(val["target"])
-    if n_train < fit_config.min_examples:
-        return params, {"skipped": True, "n_train": n_train, "n_val": n_val}
-    if n_val == 0:  # no validation documents yet: early-stop on the training loss
-        val = train
-    new, info = fit(params, pad_examples(train, fit_config.batch_size), pad_examples(val, fit_config.batch_size), key)
-    if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(new)):
-        raise FloatingPointError(f"{name}: model parameters became non-finite after training")
-    return new, {**{k: float(v) for k, v in info.items()}, "n_train": n_train, "n_val": n_val}
 
 
 class CounterfactualL2(Policy):
@@ -222,7 +209,8 @@ class CounterfactualL2(Policy):
     def update(self, key, params, data, counters, entered, log):
         train = self.examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
         val = self.examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
-        model, info = train_l2(self._fit, self.fit_config, params["model"], train, val, key, self.name)
+        model, info = fit_early_stopped(self._fit, self.fit_config, params["model"], train, val, key, self.name,
+                                        (split_capacity(data, TRAIN), split_capacity(data, VALI)))
         return {**params, "model": model}, info
 
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import betaln
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import BetaPrior
-from ltrjax.models.train import FitConfig, make_fit, pad_examples
+from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
 from ltrjax.online.policies.base import Policy
 from ltrjax.online.state import DocCounters
 from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
@@ -134,21 +133,12 @@ class EBRank(Policy):
     def update(self, key, params, data, counters, entered, log):
         train = self._examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
         val = self._examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
-        n_train, n_val = len(train["c"]), len(val["c"])
-        if n_train < self.fit_config.min_examples:
-            return params, {"skipped": True, "n_train": n_train, "n_val": n_val}
-        if n_val == 0:  # no validation documents yet: early-stop on the training loss
-            val = train
-        clamped = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))
-        batch = self.fit_config.batch_size
-        prior, info = self._fit(params["prior"], pad_examples(train, batch, split_capacity(data, TRAIN)),
-                                pad_examples(val, batch, max(split_capacity(data, VALI), len(val["c"]))), key)
-        params = {**params, "prior": prior}
-        info = {k: float(v) for k, v in info.items()}
-        finite = all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(params))
-        if not finite:
-            raise FloatingPointError(f"{self.name}: prior parameters became non-finite after training")
-        return params, {**info, "n_train": n_train, "n_val": n_val, "clamped_fraction": clamped}
+        capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
+        prior, info = fit_early_stopped(self._fit, self.fit_config, params["prior"], train, val, key, self.name,
+                                        capacity)
+        if not info.get("skipped"):
+            info["clamped_fraction"] = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))
+        return {**params, "prior": prior}, info
 
 
 class EBRankOnlyPrior(EBRank):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.data.layout import Bucket, PaddedDataset
-from ltrjax.models.train import FitConfig, make_fit
+from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy
 from ltrjax.online.policies.counterfactual import (
@@ -31,10 +31,9 @@ from ltrjax.online.policies.counterfactual import (
     counters_of,
     fit_examples,
     regression_target,
-    train_l2,
 )
 from ltrjax.online.state import DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents
+from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
 
 
 class Prior(Policy):
@@ -103,9 +102,10 @@ class Prior(Policy):
         train_h, train_g = self._examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
         val_h, val_g = self._examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
         k_prior, k_model = jax.random.split(key)
-        prior, info_h = train_l2(self._fit_prior, self.fit_config, params["prior"], train_h, val_h, k_prior,
-                                 f"{self.name} prior")
-        model, info_g = train_l2(self._fit_model, self.fit_config, params["model"], train_g, val_g, k_model,
-                                 self.name)
+        capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
+        prior, info_h = fit_early_stopped(self._fit_prior, self.fit_config, params["prior"], train_h, val_h,
+                                          k_prior, f"{self.name} prior", capacity)
+        model, info_g = fit_early_stopped(self._fit_model, self.fit_config, params["model"], train_g, val_g,
+                                          k_model, self.name, capacity)
         info = {**{f"prior_{k}": v for k, v in info_h.items()}, **info_g}
         return {"prior": prior, "model": model}, info
