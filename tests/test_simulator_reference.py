@@ -1,11 +1,16 @@
 """The vectorized simulator equals the one-session-at-a-time NumPy reference on shared draws."""
 
+import dataclasses
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
+from ltrjax.online import behaviour as behav
+from ltrjax.online.policies.base import Policy
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.random_k import RandomK
@@ -78,3 +83,61 @@ def test_vectorized_equals_reference(setup, make_policy):
         sum(int(np.sum(st.n_entered[:-1])) for st in sim.init_states(trial_keys(KEY).init))
     if policy.trains:
         assert n_updates >= 1
+
+
+class FrozenCTR(Policy):
+    """A test policy: ranks by the CTR of the last refresh (``prepare``'s behaviour counters) and keeps
+    a session record, to check the refresh schedule, the records and the logs handed to ``update``."""
+
+    name = "frozen_ctr"
+    trains = True
+
+    def init(self, key, data):
+        return {"retrains": jnp.int32(0)}
+
+    def prepare(self, params, bucket, behaviour):
+        return behav.ctr(behaviour)
+
+    def session_record(self, view, key, scores, shown, slot_valid, clicked):
+        return {"n_clicks": jnp.sum(clicked.astype(jnp.int32)), "top_score": scores[shown[0]]}
+
+    def update(self, key, params, data, counters, entered, log):
+        n_clicks = None if log.record is None else np.asarray(log.record["n_clicks"])  # the reference keeps none
+        return {"retrains": params["retrains"] + 1}, {"sessions": np.asarray(log.session), "n_clicks": n_clicks,
+                                                      "clicks": np.asarray(log.clicks)}
+
+
+def frozen_ctr_scorer(params, draws, inputs):
+    behaviour = inputs["behaviour"]
+
+    def score(i, q, docs, counters):
+        n, c = behaviour["impressions"][q][docs], behaviour["clicks"][q][docs]
+        return np.where(n > 0, c / np.where(n > 0, n, 1), 0).astype(np.float32)
+
+    return score
+
+
+def test_refreshes_records_and_logs_match_reference(setup):
+    data, model, _ = setup
+    config = dataclasses.replace(CONFIG, n_updates=2, refreshes=6)
+    sim = Simulator(data, model, config, warmup_policy=BM25(data))
+    policy = FrozenCTR()
+    result = sim.run(policy, KEY, progress=False, keep_logs=True)
+    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, KEY, frozen_ctr_scorer)
+
+    assert len(result.logs) == 6 and len(result.eval_history) == 6
+    np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
+    np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
+    np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)
+    # 6 refreshes, 2 models: one retrain, after the third segment, from the log of segments 0-2
+    assert [config.retrains_after(i) for i in range(6)] == [False, False, True, False, False, False]
+    assert n_updates == 1 and len(result.train_info) == 1 and int(result.final_params["retrains"]) == 1
+    info = result.train_info[0]
+    first_three = np.concatenate([log.session for log in result.logs[:3]])
+    np.testing.assert_array_equal(info["sessions"], first_three)
+    np.testing.assert_array_equal(info["n_clicks"], info["clicks"].sum(axis=1))  # records line up with sessions
+    assert info["clicks"].sum() > 0
+    # the frozen CTR really changed ranking between refreshes (the policy is not a constant)
+    assert np.unique(np.concatenate([log.record["top_score"] for log in result.logs])).size > 1
+    with pytest.raises(ValueError, match="multiple"):
+        SimConfig.from_mapping({"n_updates": 4, "refreshes": 6})

@@ -1,11 +1,14 @@
 """The vectorized online simulation loop (SPEC §2.1, §5; EBRank §5.1).
 
-One trial: BM25 warm-up sessions, then ``n_updates`` segments. Inside a segment the policy's
-model is frozen, so every query's sessions run in order in their own lane of a ``lax.scan``
-(``schedule.lane_schedule``), all lanes at once. Each session: maybe a new document enters,
-the policy scores the entered documents, the top K are shown, clicks are drawn from the click
-model, counters are updated, and the NDCG of the shown list is recorded at its global time.
-After each segment the policy is evaluated (Warm/Cold NDCG) and retrained.
+One trial: BM25 warm-up sessions, then ``refreshes`` segments (default ``n_updates``). Inside a
+segment the policy's model and its refreshed behaviour features are frozen, so every query's
+sessions run in order in their own lane of a ``lax.scan`` (``schedule.lane_schedule``), all lanes
+at once. Each session: maybe a new document enters, the policy scores the entered documents, the
+top K are shown, clicks are drawn from the click model, counters are updated, the NDCG of the
+shown list is recorded at its global time, and the policy may keep a per-session record (an
+online learner's gradient or multileaving outcome). After each segment the policy is evaluated
+(Warm/Cold NDCG); at every ``refreshes / n_updates``-th segment it retrains from the counters and
+the log of the sessions since its last retrain (UCBRank: 100 feature refreshes, 20 retrains).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class SimConfig:
     sessions: int | None = None  # None: #queries x (mean docs - 5) / entry_prob (EBRank Eq. 29)
     warmup_sessions_per_query: int = 20
     n_updates: int = 20
+    refreshes: int | None = None  # segments = behaviour-feature refreshes; None: n_updates (UCBRank: 100)
     train_after_warmup: bool = False
     gamma: float = 0.995
     relevance: str = "ebrank"
@@ -64,7 +68,20 @@ class SimConfig:
         values = {k: v for k, v in dict(cfg).items() if k in known}
         if "initial_docs" in values:
             values["initial_docs"] = tuple(int(v) for v in values["initial_docs"])
-        return cls(**values)
+        config = cls(**values)
+        if config.n_segments % config.n_updates:
+            raise ValueError(f"sim.refreshes ({config.refreshes}) must be a multiple of sim.n_updates "
+                             f"({config.n_updates}): models retrain at every refreshes/n_updates-th refresh")
+        return config
+
+    @property
+    def n_segments(self) -> int:
+        return int(self.refreshes or self.n_updates)
+
+    def retrains_after(self, segment: int) -> bool:
+        """Whether the policy retrains after ``segment`` (never after the last one)."""
+        per = max(self.n_segments // self.n_updates, 1)
+        return (segment + 1) % per == 0 and segment < self.n_segments - 1
 
 
 @dataclasses.dataclass
@@ -81,6 +98,9 @@ class TrialResult:
     timings: dict[str, float]
     final_states: tuple[BucketState, ...] | None = None
     logs: list[SessionLog] | None = None
+    query_ndcg: dict[str, np.ndarray] | None = None  # final per-query "warm"/"cold" NDCG@K [n_queries]
+    warmup_query: np.ndarray | None = None  # i32 [n_warm] query of every warm-up session
+    final_params: object = None
 
     @property
     def warm_ndcg(self) -> float:
@@ -131,6 +151,16 @@ def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_ro
     words = np.asarray(jax.random.key_data(run_key), np.uint32).ravel().tolist()
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words + [int(first_session)])))
     return rng.random((n_sessions, n_rows, top_k), dtype=np.float32)
+
+
+def concat_logs(logs: list[SessionLog]) -> SessionLog:
+    """One log of consecutive segments (records concatenated leaf by leaf)."""
+    if len(logs) == 1:
+        return logs[0]
+    records = [log.record for log in logs]
+    record = None if records[0] is None else jax.tree_util.tree_map(lambda *r: np.concatenate(r), *records)
+    return SessionLog(*(np.concatenate([getattr(log, f) for log in logs]) for f in ("query", "shown", "clicks",
+                                                                                     "session")), record=record)
 
 
 def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
@@ -191,15 +221,19 @@ class Simulator:
                         run_key):
             n_new = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs_row), view.n_entered)
             view = view._replace(n_entered=n_new, issue_count=view.issue_count + valid)
-            scores = policy.session_scores(view, policy_key(run_key, session))
+            key = policy_key(run_key, session)
+            scores = policy.session_scores(view, key)
             shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_new, k_top)
             clicked = click_lib.sample_clicks(cm, uniforms, gains_row[shown], labels_row[shown], slot_valid & valid)
             ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains_row, idcg, discount)
-            return n_new, shown, slot_valid & valid, clicked, ndcg
+            record = policy.session_record(view, key, scores, shown, slot_valid & valid, clicked)
+            return n_new, shown, slot_valid & valid, clicked, ndcg, record
 
         def prepare(params, state: BucketState, bucket: Bucket, gains, idcg):
+            behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
             return {
-                "aux": jax.tree_util.tree_map(lambda a: to_entry_order(a, state), policy.prepare(params, bucket)),
+                "aux": jax.tree_util.tree_map(lambda a: to_entry_order(a, state),
+                                              policy.prepare(params, bucket, behaviour)),
                 "hyper": policy.hyper(params),
                 "gains": to_entry_order(gains, state),
                 "labels": to_entry_order(bucket.labels, state),
@@ -219,7 +253,7 @@ class Simulator:
                 issue_count=issue_count[rows],
             )
             view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
-            n_new, shown, on, clicked, ndcg = jax.vmap(
+            n_new, shown, on, clicked, ndcg, record = jax.vmap(
                 one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
             )(view, const["gains"][rows], const["labels"][rows], const["idcg"][rows], n_docs[rows], enter, session,
               uniforms, valid, run_key)
@@ -235,7 +269,7 @@ class Simulator:
             n_entered = n_entered.at[rows].set(n_new)
             issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
             shown_docs = jnp.where(on, const["order"][rows[:, None], shown], -1)
-            return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked)
+            return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked, record)
 
         return prepare, step
 
@@ -314,8 +348,9 @@ class Simulator:
 
     def run_segment(self, policy: Policy, params, states: list[BucketState], draws: SessionDraws,
                     run_key: jax.Array, plan: list[np.ndarray | None] | None = None,
-                    ) -> tuple[list[BucketState], np.ndarray, np.ndarray, np.ndarray]:
-        """Simulate ``draws`` with a frozen policy; returns states and per-session NDCG, shown, clicks."""
+                    ) -> tuple[list[BucketState], np.ndarray, np.ndarray, np.ndarray, object]:
+        """Simulate ``draws`` with a frozen policy; returns states and per-session NDCG, shown, clicks and
+        the policy's session records (a pytree of ``[n, ...]`` host arrays, or None)."""
         plan = self.plan([draws], phase=f"single-{len(draws)}")[0] if plan is None else plan
         n = len(draws)
         k_top = self.config.top_k
@@ -333,21 +368,30 @@ class Simulator:
         new_states, ys = self._segment_fn(policy)(params, tuple(states), self.data.buckets, self.gains, self.idcg,
                                                   tuple(schedules), run_key)
         states = list(new_states)
-        for (target, valid), (nd, sh, cl) in zip(targets, ys):
+        records = None
+        for (target, valid), (nd, sh, cl, rec) in zip(targets, ys):
             ndcg[target] = np.asarray(nd)[valid]
             shown[target] = np.asarray(sh)[valid]
             clicked[target] = np.asarray(cl)[valid]
-        return states, ndcg, shown, clicked
+            if rec is not None:
+                if records is None:
+                    records = jax.tree_util.tree_map(lambda r: np.zeros((n,) + r.shape[2:], r.dtype), rec)
+                jax.tree_util.tree_map(lambda out, r: out.__setitem__(target, np.asarray(r)[valid]), records, rec)
+        return states, ndcg, shown, clicked, records
+
+    def evaluate_per_query(self, policy: Policy, params, states: list[BucketState]) -> dict[str, np.ndarray]:
+        """Warm/Cold NDCG@K of the deterministic ranker over entered documents, per global query index."""
+        out = {name: np.zeros(self.data.n_queries, np.float32) for name in ("warm", "cold")}
+        for b, bucket in enumerate(self.data.buckets):
+            warm, cold = self._eval_fn(policy, b)(params, states[b])
+            out["warm"][np.asarray(bucket.query_index)] = np.asarray(warm)
+            out["cold"][np.asarray(bucket.query_index)] = np.asarray(cold)
+        return out
 
     def evaluate(self, policy: Policy, params, states: list[BucketState]) -> dict[str, dict[str, float]]:
         """Warm/Cold NDCG@K of the deterministic ranker over entered documents, mean per split."""
-        warm_all, cold_all, split_all = [], [], []
-        for b, bucket in enumerate(self.data.buckets):
-            warm, cold = self._eval_fn(policy, b)(params, states[b])
-            warm_all.append(np.asarray(warm))
-            cold_all.append(np.asarray(cold))
-            split_all.append(np.asarray(bucket.split))
-        warm, cold, split = (np.concatenate(x) for x in (warm_all, cold_all, split_all))
+        per_query = self.evaluate_per_query(policy, params, states)
+        warm, cold, split = per_query["warm"], per_query["cold"], self.data.split_of_query
         return {name: {"warm": float(warm[split == i].mean()) if np.any(split == i) else float("nan"),
                        "cold": float(cold[split == i].mean()) if np.any(split == i) else float("nan")}
                 for i, name in enumerate(SPLITS)}
@@ -391,30 +435,36 @@ class Simulator:
             params, info = self._update(policy, jax.random.fold_in(k_train, -1), params, states, None)
             train_info.append(info)
 
-        points = update_points(len(main), cfg.n_updates)
+        points = update_points(len(main), cfg.n_segments)
         starts = np.concatenate([[0], points[:-1] + 1])
         segments = [main.slice(int(a), int(b)) for a, b in zip(starts, points + 1)]
         plans = self.plan(segments)
         n_main = len(main)
         session_ndcg = np.zeros(n_main, np.float32)
-        logs, history = [], []
+        logs, history, pending = [], [], []
+        k_refresh = jax.random.fold_in(k_policy, 1)
         bar = tqdm(total=n_main, desc=f"{policy.name}", unit="sess", disable=not progress, leave=False)
         for i, (start, stop, seg, plan) in enumerate(zip(starts, points + 1, segments, plans)):
             tic = time.perf_counter()
-            states, nd, shown, clicked = self.run_segment(policy, params, states, seg, k_run, plan)
+            params = policy.refresh(jax.random.fold_in(k_refresh, i), params)
+            states, nd, shown, clicked, record = self.run_segment(policy, params, states, seg, k_run, plan)
             timings["simulate"] += time.perf_counter() - tic
             session_ndcg[start:stop] = nd
             tic = time.perf_counter()
             history.append(self.evaluate(policy, params, states))
             timings["evaluate"] += time.perf_counter() - tic
-            log = SessionLog(query=seg.query, shown=shown, clicks=clicked, session=seg.session)
+            log = SessionLog(query=seg.query, shown=shown, clicks=clicked, session=seg.session, record=record)
             if keep_logs:
                 logs.append(log)
-            if i < len(points) - 1 and policy.trains:
+            pending.append(log)
+            if cfg.retrains_after(i) and policy.trains:
                 tic = time.perf_counter()
-                params, info = self._update(policy, jax.random.fold_in(k_train, i), params, states, log)
+                params, info = self._update(policy, jax.random.fold_in(k_train, i), params, states,
+                                            concat_logs(pending))
                 timings["train"] += time.perf_counter() - tic
                 train_info.append(info)
+            if cfg.retrains_after(i):
+                pending = []
             bar.update(int(stop - start))
             if on_segment is not None:
                 on_segment(i, history[-1])
@@ -423,9 +473,14 @@ class Simulator:
         session_split = self.data.split_of_query[main.query]
         cum = {name: metrics.cumulative_ndcg(session_ndcg[session_split == s], cfg.gamma)
                for s, name in enumerate(SPLITS)}
+        tic = time.perf_counter()
+        query_ndcg = self.evaluate_per_query(policy, params, states)
+        timings["evaluate"] += time.perf_counter() - tic
         return TrialResult(session_ndcg=session_ndcg, session_split=session_split, session_query=main.query,
                            eval_points=points, eval_history=history, cum_ndcg=cum, train_info=train_info,
-                           timings=timings, final_states=tuple(states), logs=logs if keep_logs else None)
+                           timings=timings, final_states=tuple(states), logs=logs if keep_logs else None,
+                           query_ndcg=query_ndcg, warmup_query=warm.query if self.warmup_policy is not None
+                           else warm.query[:0], final_params=params)
 
     def _update(self, policy: Policy, key, params, states, log):
         counters = tuple(counters_in_dataset_order(s) for s in states)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ltrjax.clicks import relevance
 from ltrjax.metrics import ideal_dcg
+from ltrjax.online.policies.base import SessionLog
 from ltrjax.online.schedule import update_points
 from ltrjax.online.simulator import SPLITS, click_uniforms, policy_key, trial_keys
 from ltrjax.online.state import STAT_NAMES as COUNTER_NAMES
@@ -145,10 +146,26 @@ def dataset_order_counters(data, ref: ReferenceState):
     return tuple(counters), tuple(entered)
 
 
+def behaviour_snapshot(data, ref: ReferenceState):
+    """Per global query, the counters in dataset slot order (zeros for documents not entered): what a
+    policy's ``prepare`` sees as ``behaviour`` at a segment start."""
+    out = {name: [None] * data.n_queries for name in COUNTER_NAMES}
+    for bucket in data.buckets:
+        for q in np.asarray(bucket.query_index):
+            for name in COUNTER_NAMES:
+                row = np.zeros(bucket.width, np.float32)
+                row[ref.doc_ids[q]] = ref.counters[name][q]
+                out[name][q] = row
+    return out
+
+
 def run_reference(sim, policy, key, make_scorer, hyper=None):
     """A whole trial (BM25 warm-up, segments, retrains through ``policy.update``) one session at a time.
 
-    ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the policy for a segment.
+    ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the policy for a segment;
+    ``inputs["behaviour"]`` holds the counters as of the segment start (``behaviour_snapshot``).
+    Segments are the refreshes of ``sim.config``; the policy retrains where the simulator does, with a
+    log (no session records) of the sessions since its last retrain.
     Returns the reference state, per-session NDCG, shown, clicks, session splits and retrain count.
     """
     data = sim.data
@@ -164,15 +181,24 @@ def run_reference(sim, policy, key, make_scorer, hyper=None):
 
     run_sessions(ref, warm, bm25_scorer(data.bm25_column, inputs["features"]), uniforms=uniforms(warm), **common)
     params = policy.with_hyper(policy.init(keys.policy, data), **(hyper or {}))
-    points = update_points(len(main), sim.config.n_updates)
+    points = update_points(len(main), sim.config.n_segments)
     starts = np.concatenate([[0], points[:-1] + 1])
-    outputs, n_updates = [], 0
+    outputs, n_updates, since = [], 0, int(starts[0])
+    k_refresh = jax.random.fold_in(keys.policy, 1)
     for i, (a, b) in enumerate(zip(starts, points + 1)):
         seg = main.slice(int(a), int(b))
+        params = policy.refresh(jax.random.fold_in(k_refresh, i), params)
+        inputs["behaviour"] = behaviour_snapshot(data, ref)
         outputs.append(run_sessions(ref, seg, make_scorer(params, seg, inputs), uniforms=uniforms(seg), **common))
-        if i < len(points) - 1 and policy.trains:
+        if sim.config.retrains_after(i) and policy.trains:
             counters, entered = dataset_order_counters(data, ref)
-            params, info = policy.update(jax.random.fold_in(keys.train, i), params, data, counters, entered, None)
+            done = main.slice(since, int(b))
+            _, shown, clicked = (np.concatenate(x) for x in zip(*outputs))
+            log = SessionLog(query=done.query, shown=shown[since - int(starts[0]):], clicks=clicked[since - int(starts[0]):],
+                             session=done.session)
+            params, info = policy.update(jax.random.fold_in(keys.train, i), params, data, counters, entered, log)
             n_updates += not info.get("skipped", False)
+        if sim.config.retrains_after(i):
+            since = int(b)
     ndcg, shown, clicked = (np.concatenate(x) for x in zip(*outputs))
     return ref, ndcg, shown, clicked, data.split_of_query[main.query], n_updates

@@ -1,10 +1,16 @@
 """The interface every online policy implements (SPEC §2).
 
-The simulator never names a policy. Per segment it asks the policy to ``prepare`` per-document
-values from its frozen parameters (model scores, priors), then, inside the per-session scan,
-for ``session_scores`` of one query from those values and the query's live counters. Between
-segments ``update`` retrains from the counters (and the segment's session log). Offline
-evaluation asks for ``test_scores`` with (warm) or without (cold) behaviour information.
+The simulator never names a policy. Per segment it asks the policy to ``refresh`` any
+per-segment randomness and to ``prepare`` per-document values from its frozen parameters and the
+behaviour counters as of the segment start (model scores, priors, refreshed behaviour features),
+then, inside the per-session scan, for ``session_scores`` of one query from those values and the
+query's live counters, and for a ``session_record`` of what a learner needs from that session
+(e.g. a PDGD gradient or a multileaving winner). At retrain points ``update`` retrains from the
+counters and the log of every session since the previous retrain. Offline evaluation asks for
+``test_scores`` with (warm) or without (cold) behaviour information.
+
+Segments are the behaviour-feature refresh points (``sim.refreshes``; UCBRank: 100); models
+retrain at every ``refreshes / n_updates``-th of them (``sim.n_updates``; both papers: 20).
 
 Arrays handed to ``session_scores`` are one query's rows in entry order; everything else is
 ``[Qb, Db]`` in dataset order. A policy is an immutable Python object holding its static
@@ -42,6 +48,7 @@ class SessionLog(NamedTuple):
     shown: Any  # i32 [n, K]  document slot (dataset order) per position, -1 for empty slots
     clicks: Any  # bool [n, K]
     session: Any  # i32 [n] global session index
+    record: Any = None  # the policy's ``session_record`` pytree, leaves with leading axis n (None: none)
 
 
 class Policy:
@@ -63,8 +70,17 @@ class Policy:
             raise ValueError(f"{self.name} has no tunable hyper-parameters {sorted(values)}")
         return params
 
-    def prepare(self, params: Params, bucket: Bucket) -> Aux:
-        """Per-document values ``[Qb, Db]`` (dataset order), computed once per segment."""
+    def refresh(self, key: jax.Array, params: Params) -> Params:
+        """Called before every segment (a behaviour refresh), e.g. to redraw MC-dropout masks."""
+        return params
+
+    def prepare(self, params: Params, bucket: Bucket, behaviour: DocCounters) -> Aux:
+        """Per-document values ``[Qb, Db, ...]`` (dataset order), computed once per segment.
+
+        ``behaviour`` holds the bucket's counters ``[Qb, Db]`` (dataset order) as of the segment start:
+        the refreshed behaviour features of a policy that freezes them between refreshes. XLA drops
+        it when a policy does not read it.
+        """
         return jnp.zeros(bucket.labels.shape, jnp.float32)
 
     def doc_scores(self, aux: Aux, counters: DocCounters, hyper: Any) -> jax.Array:
@@ -75,11 +91,22 @@ class Policy:
         """Logging scores ``[Db]`` of one query for one session (higher is shown first)."""
         return self.doc_scores(view.aux, view.counters, view.hyper)
 
+    def session_record(self, view: QueryView, key: jax.Array, scores: jax.Array, shown: jax.Array,
+                       slot_valid: jax.Array, clicked: jax.Array) -> Any:
+        """What an online learner keeps of one session, computed inside the scan (None: nothing).
+
+        ``key`` is the key ``session_scores`` got, ``scores`` its output ``[Db]`` (entry order),
+        ``shown`` the entry-order slots ``[K]`` in display order, ``slot_valid``/``clicked`` bool
+        ``[K]``. The leaves reach ``update`` stacked in ``SessionLog.record`` (sessions in time order).
+        """
+        return None
+
     def test_scores(self, params: Params, bucket: Bucket, counters: DocCounters, warm: bool) -> jax.Array:
         """Deterministic scores ``[Qb, Db]`` for offline evaluation, with or without behaviour."""
-        return self.prepare(params, bucket)
+        return self.prepare(params, bucket, counters)
 
     def update(self, key: jax.Array, params: Params, data: PaddedDataset, counters: tuple[DocCounters, ...],
                entered: tuple[jax.Array, ...], log: SessionLog | None) -> tuple[Params, dict]:
-        """Retrain between segments from dataset-order counters of every bucket; returns (params, info)."""
+        """Retrain at a retrain point from dataset-order counters of every bucket and the log of all
+        sessions since the previous retrain; returns (params, info)."""
         return params, {}

@@ -15,5 +15,5 @@ class BM25(Policy):
                              "the BM25 policy and the BM25 warm-up need one")
         self.column = data.bm25_column
 
-    def prepare(self, params, bucket: Bucket):
+    def prepare(self, params, bucket: Bucket, behaviour=None):
         return bucket.features[..., self.column]

@@ -167,7 +167,7 @@ class CounterfactualL2(Policy):
     def x_b(self, counters: DocCounters):
         return behav.feature(self.behaviour, counters, self.ctr_prior_count)
 
-    def prepare(self, params, bucket: Bucket):
+    def prepare(self, params, bucket: Bucket, behaviour=None):
         """Pre-activation w_nb . x_nb + b per document (the model is frozen within a segment)."""
         return self.model.base(params["model"], bucket.features)
 

@@ -99,7 +99,7 @@ class EBRank(Policy):
     def alpha(self, params, features):
         return self.model.apply(params["prior"], features)
 
-    def prepare(self, params, bucket: Bucket):
+    def prepare(self, params, bucket: Bucket, behaviour=None):
         return self.alpha(params, bucket.features)
 
     def _stats(self, counters: DocCounters):

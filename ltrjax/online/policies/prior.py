@@ -73,7 +73,7 @@ class Prior(Policy):
         """h(x_nb), also the behaviour feature substituted for documents never shown."""
         return self.prior_model(params["prior"], features)
 
-    def prepare(self, params, bucket: Bucket):
+    def prepare(self, params, bucket: Bucket, behaviour=None):
         """(w_nb . x_nb + b of g, h(x_nb)) per document."""
         return self.model.base(params["model"], bucket.features), self.prior_scores(params, bucket.features)
 
