@@ -45,8 +45,13 @@ def run_experiment(cfg: DictConfig, out_dir: Path):
 
         queryset = load_dataset(dcfg, seed=cfg.seed, cache_dir=cache_dir(cfg))
         return run_online(cfg, out_dir, queryset)
+    if kind == "online_table":
+        from ltrjax.online.table_run import run_online_table
+
+        queryset = load_dataset(dcfg, seed=cfg.seed, cache_dir=cache_dir(cfg))
+        return run_online_table(cfg, out_dir, queryset)
     if kind == "offline":
         from ltrjax.offline.experiment import run_offline
 
         return run_offline(cfg, out_dir)
-    raise ValueError(f"unknown experiment kind {kind!r}; expected online or offline")
+    raise ValueError(f"unknown experiment kind {kind!r}; expected online, online_table or offline")

@@ -41,6 +41,28 @@ class ResultsWriter:
         self.metrics = metrics
         self.algorithms: dict[str, dict] = {}
 
+    def resume(self, keys: tuple[str, ...] = ("dataset", "sessions", "queries", "sim", "click_model")) -> int:
+        """Load the trials already in ``results.json`` of the output directory (an interrupted run).
+
+        Refuses a file written for another dataset or protocol; returns the number of trials loaded.
+        """
+        path = self.out_dir / "results.json"
+        if not path.exists():
+            return 0
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
+        for key in keys:
+            if key in old and _clean(self.header.get(key)) != old[key]:
+                raise ValueError(f"{path} was written for {key} = {old[key]!r} but this run has "
+                                 f"{_clean(self.header.get(key))!r}; use another output directory")
+        self.algorithms = {name: entry for name, entry in old.get("algorithms", {}).items()}
+        return sum(len(entry.get("trials", [])) for entry in self.algorithms.values())
+
+    def has_trial(self, name: str, seed: int) -> bool:
+        return any(t.get("seed") == seed for t in self.algorithms.get(name, {}).get("trials", []))
+
     def add_trial(self, name: str, record: dict) -> None:
         entry = self.algorithms.setdefault(name, {"trials": []})
         entry["trials"].append(record)

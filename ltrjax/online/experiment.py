@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -41,6 +42,23 @@ def binned_curve(values: np.ndarray, n_points: int) -> list[float]:
     return [float(b.mean()) for b in bins]
 
 
+SETTING_SUFFIXES = ("_wo_behav", "_concat", "_ie")
+
+
+def result_name(key: str, acfg) -> str:
+    """``ALGORITHM@SETTING`` for algorithms with a feature setting (``cftopk_concat`` -> ``cftopk@concat``,
+    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key."""
+    setting = acfg.get("setting") if hasattr(acfg, "get") else None
+    if not setting:
+        return key
+    base = key
+    for suffix in SETTING_SUFFIXES:
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return f"{base}@{setting}"
+
+
 def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, grid_scores: dict) -> dict:
     test = result.session_split == 2
     return {
@@ -71,31 +89,68 @@ def make_policy(name: str, acfg: DictConfig, data):
     return policy, tune
 
 
-def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
-    """Run every configured algorithm for ``cfg.trials`` trials; returns EBRank's (or the first) test Cum-NDCG."""
-    tic = time.perf_counter()
-    data = pad_and_bucket(queryset, int(cfg.layout.n_buckets), merge_tolerance=float(cfg.layout.merge_tolerance),
+def padded_data(cfg: DictConfig, queryset: QuerySet):
+    return pad_and_bucket(queryset, int(cfg.layout.n_buckets), merge_tolerance=float(cfg.layout.merge_tolerance),
                           single_bucket_cells=int(cfg.layout.single_bucket_cells))
-    sim_cfg = SimConfig.from_mapping(cfg.sim)
+
+
+def build_simulator(cfg: DictConfig, data, **sim_overrides) -> Simulator:
+    """The simulator of ``cfg.sim`` / ``cfg.click_model`` (BM25 warm-up when the data has a BM25 column)."""
+    sim_cfg = SimConfig.from_mapping({**OmegaConf.to_container(cfg.sim, resolve=True), **sim_overrides})
     click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k,
                                    y_max=data.y_max)
     warmup = BM25(data) if data.bm25_column >= 0 else None
-    if warmup is None:
+    if warmup is None and sim_cfg.warmup_sessions_per_query:
         log.warning("dataset %s has no BM25 column: the warm-up phase is skipped", data.name)
-    sim = Simulator(data, click_model, sim_cfg, warmup_policy=warmup)
+    return Simulator(data, click_model, sim_cfg, warmup_policy=warmup)
+
+
+def run_header(cfg: DictConfig, sim: Simulator, queryset: QuerySet | None) -> dict:
+    data = sim.data
     n_warm, n_main = sim.session_counts()
-    header = {
+    return {
         "dataset": data.name,
         "sessions": n_main,
-        "warmup_sessions": n_warm if warmup is not None else 0,
+        "warmup_sessions": n_warm if sim.warmup_policy is not None else 0,
         "queries": data.n_queries,
         "queries_per_split": {s: int(np.sum(data.split_of_query == i)) for i, s in enumerate(("train", "vali", "test"))},
-        "data_info": queryset.info,
+        "data_info": queryset.info if queryset is not None else None,
         "trials": int(cfg.trials),
         "click_model": OmegaConf.to_container(cfg.click_model, resolve=True),
-        "sim": OmegaConf.to_container(cfg.sim, resolve=True),
+        "sim": dataclasses.asdict(sim.config),
         "buckets": [list(b.labels.shape) for b in data.buckets],
     }
+
+
+def trial_key(cfg: DictConfig, trial: int) -> jax.Array:
+    """Trial t of every algorithm uses the same key: algorithms share their session and click draws."""
+    return jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), trial)
+
+
+def tuned_trial(sim: Simulator, policy, grid: list[dict], key, tune_split: str, progress: bool):
+    """Run every grid value; keep the best by Cum-NDCG on ``tune_split`` sessions.
+
+    Returns (best result, chosen values, {grid label: validation and test metrics of that value}).
+    """
+    best, best_score, chosen, scores = None, -np.inf, {}, {}
+    for hyper in grid:
+        result = sim.run(policy, key, hyper=hyper, progress=progress)
+        score = result.cum_ndcg[tune_split]
+        scores[",".join(f"{k}={v}" for k, v in hyper.items()) or "default"] = {
+            "values": hyper, "tune_score": score, "cum_ndcg": result.cum_ndcg["test"],
+            "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg}
+        if best is None or score > best_score:
+            best, best_score, chosen = result, score, hyper
+    return best, chosen, scores
+
+
+def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
+    """Run every configured algorithm for ``cfg.trials`` trials; returns EBRank's (or the first) test Cum-NDCG."""
+    tic = time.perf_counter()
+    data = padded_data(cfg, queryset)
+    sim = build_simulator(cfg, data)
+    header = run_header(cfg, sim, queryset)
+    n_main = header["sessions"]
     log.info("%s: %d queries (%s), %d warm-up + %d sessions per trial, buckets %s", data.name, data.n_queries,
              header["queries_per_split"], header["warmup_sessions"], n_main, header["buckets"])
     writer = ResultsWriter(out_dir, header, METRICS)
@@ -104,18 +159,12 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     n_points = int(cfg.experiment.get("curve_points", 200))
     progress = bool(cfg.get("progress", True))
 
-    for name, acfg in cfg.algorithms.items():
+    for key_name, acfg in cfg.algorithms.items():
+        name = result_name(key_name, acfg)
         policy, tune = make_policy(name, acfg, data)
         grid = tune_grid(tune if tune_enabled else None)
         for trial in range(int(cfg.trials)):
-            key = jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), trial)
-            best, best_score, scores = None, -np.inf, {}
-            for hyper in grid:
-                result = sim.run(policy, key, hyper=hyper, progress=progress)
-                score = result.cum_ndcg[tune_split]
-                scores[",".join(f"{k}={v}" for k, v in hyper.items()) or "default"] = score
-                if score > best_score:
-                    best, best_score, chosen = result, score, hyper
+            best, chosen, scores = tuned_trial(sim, policy, grid, trial_key(cfg, trial), tune_split, progress)
             record = trial_record(best, trial, chosen, n_points, scores if len(grid) > 1 else {})
             writer.add_trial(name, record)
             log.info("%-20s trial %d: Cum-NDCG %.2f  Warm %.4f  Cold %.4f  %s(%.1fs)", name, trial,

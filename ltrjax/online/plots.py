@@ -38,3 +38,149 @@ def plot_ndcg_over_time(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# --- analysis figures (UCBRank Fig. 1 and 2, EBRank Fig. 4 and Table 4) ---------------------------
+
+def _save(fig, path) -> None:
+    """Write to a temporary file next to ``path`` and rename it, so readers never see half a PNG."""
+    import os
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = path.suffix.lstrip(".") or "png"
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=120, format=fmt)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _mean_std(values) -> tuple[np.ndarray, np.ndarray]:
+    """Per point: a float (std 0), a list of trial values (mean, std), or NaN/None (missing)."""
+    means, stds = [], []
+    for v in values:
+        arr = np.asarray([np.nan if x is None else x for x in np.atleast_1d(np.asarray(v, object))], np.float64)
+        arr = arr[np.isfinite(arr)]
+        means.append(arr.mean() if arr.size else np.nan)
+        stds.append(arr.std() if arr.size > 1 else 0.0)
+    return np.asarray(means), np.asarray(stds)
+
+
+def _curve(entry, key: str = "rate") -> tuple[np.ndarray, np.ndarray]:
+    """``{key: [...], key_std: [...]}`` or ``{key: [[trial values per point] ...]}`` -> mean, std."""
+    if isinstance(entry, dict) and f"{key}_std" in entry:
+        return (np.asarray(entry[key], np.float64), np.nan_to_num(np.asarray(entry[f"{key}_std"], np.float64)))
+    return _mean_std(entry[key] if isinstance(entry, dict) else entry)
+
+
+def plot_click_rate_by_entry(curves: dict[str, dict], path, title: str = "") -> None:
+    """UCBRank Fig. 1: click rate of perfect documents by entry time, one line per algorithm.
+
+    ``curves[algorithm]`` is a ``click_rate_by_entry`` / ``average_click_rates`` output: ``rate``
+    (n_bins + 1 values, bin 0 = initial documents; or per point a list of trial values), optional
+    ``rate_std`` (drawn as a band) and ``labels``. "initial" is the leftmost point, set apart.
+    """
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    labels = None
+    for i, (name, entry) in enumerate(curves.items()):
+        mean, std = _curve(entry)
+        n = mean.size
+        x = np.concatenate([[-1.0], np.arange(n - 1, dtype=np.float64)])
+        color = f"C{i % 10}"
+        ax.plot(x[1:], mean[1:], marker="o", markersize=3, color=color, label=name)
+        x0 = x[:1] + 0.08 * (i - (len(curves) - 1) / 2)  # initial points side by side, not on top of each other
+        ax.plot(x0, mean[:1], marker="s", markersize=6, color=color, linestyle="none")
+        if np.any(std > 0):
+            ax.fill_between(x[1:], (mean - std)[1:], (mean + std)[1:], color=color, alpha=0.15, linewidth=0)
+            ax.errorbar(x0, mean[:1], yerr=std[:1], color=color, capsize=3, linestyle="none")
+        if labels is None and isinstance(entry, dict) and "labels" in entry:
+            labels = list(entry["labels"])
+        if labels is None:
+            labels = ["initial"] + [str(j) for j in range(n - 1)]
+    if labels is not None:
+        ax.set_xticks(np.concatenate([[-1.0], np.arange(len(labels) - 1)]))
+        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+        ax.axvline(-0.5, color="grey", linewidth=0.8, linestyle=":")
+    ax.set(xlabel="entry time of the document (share of the main phase)",
+           ylabel="#clicks / #sessions as candidate", title=title or "Click rate of perfect documents by entry time")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _x_scale(ax, x: np.ndarray) -> None:
+    """Log x when the positive values span more than 2 decades; symlog when 0 is among them."""
+    positive = x[x > 0]
+    if positive.size < 2 or np.any(x < 0) or positive.max() / positive.min() <= 100:
+        return
+    if np.any(x == 0):
+        ax.set_xscale("symlog", linthresh=float(positive.min()), linscale=0.5)
+    else:
+        ax.set_xscale("log")
+
+
+def plot_sweep(x_values, series: dict[str, dict[str, list]], path, xlabel: str, metrics, title: str = "") -> None:
+    """One panel per metric, one line per algorithm, mean +- std band over trials.
+
+    ``series[algorithm][metric]`` has one item per x value: a float, or the list of that point's
+    per-trial values. ``metrics`` is a sequence of metric keys or a {key: label} mapping. The x axis
+    is logarithmic when the values span more than 2 decades (symlog, linear around 0, when 0 is
+    one of them, e.g. lambda in {0, 0.1, ..., 1000}).
+    """
+    x = np.asarray(x_values, np.float64)
+    labels = dict(metrics) if isinstance(metrics, dict) else {m: m for m in metrics}
+    fig, axes = plt.subplots(1, len(labels), figsize=(4.8 * len(labels), 4), squeeze=False)
+    for ax, (metric, label) in zip(axes[0], labels.items()):
+        for i, (name, per_metric) in enumerate(series.items()):
+            if metric not in per_metric:
+                continue
+            mean, std = _mean_std(per_metric[metric])
+            if mean.size != x.size:
+                raise ValueError(f"plot_sweep: {name}/{metric} has {mean.size} points for {x.size} x values")
+            color = f"C{i % 10}"
+            ax.plot(x, mean, marker="o", markersize=4, color=color, label=name)
+            if np.any(std > 0):
+                ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)
+        _x_scale(ax, x)
+        ax.set(xlabel=xlabel, ylabel=label, title=label)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_exploitation_ratio(ratios: dict, path, title: str = "") -> None:
+    """EBRank Table 4 as bars: mean +- std over trials of the behaviour feature's exploitation ratio.
+
+    ``ratios[algorithm]`` is the list of per-trial ratios, or a mapping of such lists (e.g.
+    ``{"behaviour": [...], "max_nonbehaviour": [...]}``), drawn as grouped bars.
+    """
+    names = list(ratios)
+    groups = {n: (dict(v) if isinstance(v, dict) else {"behaviour": v}) for n, v in ratios.items()}
+    columns = list(dict.fromkeys(c for g in groups.values() for c in g))
+    width = 0.8 / max(len(columns), 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(names) + 2), 4))
+    x = np.arange(len(names), dtype=np.float64)
+    for j, col in enumerate(columns):
+        stats = [_mean_std([groups[n].get(col, [])]) for n in names]
+        mean = np.array([s[0][0] for s in stats])
+        std = np.array([s[1][0] for s in stats])
+        ax.bar(x + (j - (len(columns) - 1) / 2) * width, np.nan_to_num(mean), width, yerr=std, capsize=3,
+               color=f"C{j % 10}", label={"behaviour": "$x^b$ ratio",
+                                          "max_nonbehaviour": "max $x^{nb}$ ratio"}.get(col, col))
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel=r"$|w_j| \,/\, \sum_i |w_i|$", title=title or "Exploitation ratio of linear models", ylim=(0, 1))
+    ax.grid(alpha=0.3, axis="y")
+    if len(columns) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)

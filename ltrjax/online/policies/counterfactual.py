@@ -198,6 +198,12 @@ class CounterfactualL2(Policy):
             return self.model.combine(base, self.model.behaviour_weight(params["model"]), unseen)
         return self.model.activate(base)
 
+    def linear_weights(self, params):
+        """The weight vector (x_b last) of a linear model that sees x_b, for exploitation ratios; else None."""
+        if self.setting != "concat":
+            return None
+        return np.asarray(self.model.dense(params["model"])["kernel"][:, 0])
+
     # -- training
     def examples(self, docs: dict) -> dict:
         counters = counters_of(docs)

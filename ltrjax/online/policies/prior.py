@@ -42,7 +42,10 @@ class Prior(Policy):
 
     def __init__(self, data: PaddedDataset, behaviour: str = "cn", leaky_output: bool = True,
                  min_impressions: float = 0, target: str = "ips", ctr_prior_count: float = 0.0,
-                 train: bool = True, fit: dict | None = None, name: str | None = None):
+                 train: bool = True, fit: dict | None = None, name: str | None = None, setting: str = "concat"):
+        if setting != "concat":
+            raise ValueError(f"PRIOR exists only in the concat feature setting (its g sees x_b), got {setting!r}")
+        self.setting = setting
         if target not in TARGETS:
             raise ValueError(f"unknown regression target {target!r}; expected one of {TARGETS}")
         self.name = name or self.name
@@ -89,6 +92,10 @@ class Prior(Policy):
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
         aux = self.prepare(params, bucket)
         return self.doc_scores(aux, counters, self.hyper(params)) if warm else aux[1]
+
+    def linear_weights(self, params):
+        """g's weight vector (x_b last), for exploitation ratios."""
+        return np.asarray(self.model.dense(params["model"])["kernel"][:, 0])
 
     # -- training
     def _examples(self, docs: dict) -> tuple[dict, dict]:

@@ -1,0 +1,129 @@
+"""Markdown renderings of the online tables: EBRank Table 3 (Cold/Warm/Cum-NDCG per method and
+feature setting) and Table 4 (exploitation ratios of linear models)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+METRIC_LABELS = {"cold_ndcg": "Cold-NDCG@5", "warm_ndcg": "Warm-NDCG@5", "cum_ndcg": "Cum-NDCG@5"}
+SETTING_LABELS = {
+    "wo_behav": "W/o-Behav",
+    "concat": "W/-Behav (Concat)",
+    "ctr": "W/-ctr (Concat)",
+    "delta": "W/-Δ (Concat)",
+    "ie": "W/-Behav (IE)",
+}
+WORSE_MARK = "▾"
+BEST_MARK = "∗"
+
+
+def split_row_name(name: str) -> tuple[str, str]:
+    """``"ALGORITHM@SETTING"`` -> (algorithm, setting label); plain names get "—"."""
+    if "@" in name:
+        algorithm, setting = name.split("@", 1)
+        return algorithm, SETTING_LABELS.get(setting, setting)
+    return name, "—"
+
+
+def _values(entry, metric: str) -> np.ndarray:
+    v = entry.get(metric) if isinstance(entry, dict) else None
+    if v is None:
+        return np.zeros(0)
+    arr = np.atleast_1d(np.asarray(v, np.float64))
+    return arr[np.isfinite(arr)]
+
+
+def _fmt(x: float, scale: float) -> str:
+    return f"{x:.2f}" if abs(scale) >= 10 else f"{x:.4f}"
+
+
+def online_table_markdown(rows: dict[str, dict], metrics=("cold_ndcg", "warm_ndcg", "cum_ndcg"),
+                          significance: dict[str, dict[str, dict]] | None = None, title: str = "",
+                          notes: str = "", labels: dict[str, str] | None = None, alpha: float = 0.05) -> str:
+    """EBRank Table 3 as Markdown: method | feature setting | metric mean ± std ... | trials.
+
+    ``rows[name][metric]`` is the list of per-trial values (a scalar is one trial); names are
+    ``ALGORITHM@SETTING`` (settings wo_behav, concat, ie, ...) or plain (ebrank, bm25). Rows keep the
+    input order. Per metric the best mean is bold; with ``significance[metric]`` (the output of
+    :func:`ltrjax.stats.significance_vs_best` over that metric's paired units) rows significantly
+    worse than the best get ``▾``, and the best row gets ``*`` when it is significantly better than
+    every other row tested (``alpha`` only labels the legend: the flags come from ``significance``).
+    A legend line follows the table, then ``notes``.
+    """
+    labels = {**METRIC_LABELS, **(labels or {})}
+    significance = significance or {}
+    stats = {name: {m: _values(entry, m) for m in metrics} for name, entry in rows.items()}
+    best: dict[str, str | None] = {}
+    for m in metrics:
+        means = {n: s[m].mean() for n, s in stats.items() if s[m].size}
+        best[m] = max(means, key=means.get) if means else None
+
+    lines = []
+    if title:
+        lines += [f"## {title}", ""]
+    lines.append("| method | feature setting | " + " | ".join(labels.get(m, m) for m in metrics) + " | trials |")
+    lines.append("|---|---|" + "---:|" * len(metrics) + "---:|")
+    any_worse = any_best = False
+    for name, per_metric in stats.items():
+        algorithm, setting = split_row_name(name)
+        cells = []
+        for m in metrics:
+            v = per_metric[m]
+            if not v.size:
+                cells.append("—")
+                continue
+            mean, std = v.mean(), (v.std(ddof=1) if v.size > 1 else 0.0)
+            cell = f"{_fmt(mean, mean)} ± {_fmt(std, mean)}"
+            if name == best[m]:
+                cell = f"**{cell}**"
+            sig = significance.get(m, {}).get(name)
+            if sig:
+                if sig.get("significantly_worse"):
+                    cell += f" {WORSE_MARK}"
+                    any_worse = True
+                if sig.get("best") and sig.get("best_significant"):
+                    cell += f" {BEST_MARK}"
+                    any_best = True
+            cells.append(cell)
+        n_trials = max((v.size for v in per_metric.values()), default=0)
+        lines.append(f"| {algorithm} | {setting} | " + " | ".join(cells) + f" | {n_trials} |")
+
+    legend = ["Mean ± std over trials; **bold**: best mean per column."]
+    if significance:
+        legend.append(f"{WORSE_MARK}: significantly worse than the column's best row (two-sided Fisher "
+                      f"randomization test over paired units, p < {alpha});")
+        legend.append(f"{BEST_MARK}: the best row is significantly better than every other row.")
+        if not (any_worse or any_best):
+            legend.append("(no significant differences)")
+    lines += ["", " ".join(legend)]
+    if notes:
+        lines += ["", notes]
+    return "\n".join(lines) + "\n"
+
+
+def exploitation_ratio_markdown(ratios: dict, title: str = "", notes: str = "") -> str:
+    """EBRank Table 4 as Markdown: method | x^b ratio mean ± std [| max x^nb ratio] | trials.
+
+    ``ratios[method]`` is the list of per-trial behaviour ratios, or a mapping
+    ``{"behaviour": [...], "max_nonbehaviour": [...]}`` (see
+    :func:`ltrjax.online.analysis.exploitation_ratios`).
+    """
+    groups = {n: (dict(v) if isinstance(v, dict) else {"behaviour": v}) for n, v in ratios.items()}
+    columns = list(dict.fromkeys(c for g in groups.values() for c in g))
+    names = {"behaviour": "x^b ratio", "max_nonbehaviour": "max x^nb ratio"}
+    lines = [f"## {title}", ""] if title else []
+    lines.append("| method | feature setting | " + " | ".join(names.get(c, c) for c in columns) + " | trials |")
+    lines.append("|---|---|" + "---:|" * len(columns) + "---:|")
+    for name, g in groups.items():
+        algorithm, setting = split_row_name(name)
+        cells, n_trials = [], 0
+        for c in columns:
+            v = _values(g, c)
+            n_trials = max(n_trials, v.size)
+            cells.append(f"{v.mean():.3f} ± {(v.std(ddof=1) if v.size > 1 else 0.0):.3f}" if v.size else "—")
+        lines.append(f"| {algorithm} | {setting} | " + " | ".join(cells) + f" | {n_trials} |")
+    lines += ["", "Exploitation ratio |w_j| / Σ_i |w_i| of the learnt linear model (EBRank Eq. 29); mean ± std "
+                  "over trials."]
+    if notes:
+        lines += ["", notes]
+    return "\n".join(lines) + "\n"
