@@ -287,16 +287,29 @@ def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: TableRun) -> dict | No
     return {"x": values, "series": series}
 
 
+def selected_algorithms(cfg: DictConfig) -> dict:
+    """``cfg.algorithms``, or the keys listed in ``experiment.only`` (in that order)."""
+    only = cfg.experiment.get("only")
+    if not only:
+        return dict(cfg.algorithms)
+    unknown = [k for k in only if k not in cfg.algorithms]
+    if unknown:
+        raise ValueError(f"experiment.only names {unknown}, which are not algorithms of this table; "
+                         f"expected some of {list(cfg.algorithms)}")
+    return {k: cfg.algorithms[k] for k in only}
+
+
 def run_online_table(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     """The online table of ``cfg.algorithms`` under ``cfg.sim``; returns the best test Cum-NDCG."""
     tic = time.perf_counter()
     data = padded_data(cfg, queryset)
     sim = build_simulator(cfg, data)
     header = {**run_header(cfg, sim, queryset), "experiment": OmegaConf.to_container(cfg.experiment, resolve=True)}
+    algorithms = selected_algorithms(cfg)
     log.info("%s: %d queries (%s), %d warm-up + %d sessions per trial, %d rows x %d trials", data.name,
              data.n_queries, header["queries_per_split"], header["warmup_sessions"], header["sessions"],
-             len(cfg.algorithms), int(cfg.trials))
-    main = TableRun(cfg, out_dir, sim, header, dict(cfg.algorithms), int(cfg.trials), data.name)
+             len(algorithms), int(cfg.trials))
+    main = TableRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name)
     main.run()
     eta = eta_sweep(cfg, out_dir, data, main)
     table = write_report(main, str(cfg.experiment.get("title", "Online performance")), time.perf_counter() - tic,

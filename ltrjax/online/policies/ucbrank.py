@@ -1,0 +1,195 @@
+"""UCBRank and its uncertainty-oblivious baselines (UCBRank §4-5; seed-code.md §2).
+
+One MC-dropout MLP f (``ltrjax.models.mc_dropout``: 2 x 32 sigmoid, dropout 0.5 on the last
+hidden layer), retrained at retrain points with the MSE to the affine label Delta (Eq. 8) of
+training-split documents shown more than ``min_impressions`` times (default 0: shown at least
+once), early-stopping on validation-split documents under the same filter (Adam, lr 1e-3).
+
+Feature settings (``ltrjax.online.behaviour``):
+
+- ``wo_behav``  f(x_nb)                                         (Eq. 10)
+- ``concat``    f([x_nb, x_b]), x_b = Delta or CTR               (Eq. 11)
+- ``ie``        x_b (Delta) if the document was shown (sum alpha_k > 0), else f(x_nb)  (Eq. 12)
+
+Behaviour features are *refreshed*, not live: x_b, the IE switch and every model output (the
+deterministic f and the MC-dropout mean/std over ``n_passes`` shared masks, Eq. 15-16) are
+computed in ``prepare`` from the counters as of the segment start (a segment = one refresh,
+``sim.refreshes``), and ``refresh`` stores a fresh dropout key so each refresh redraws the masks.
+Inside the session scan only the exploration term is added. Strategies (K = 5):
+
+- ``topk``     s = f                                                (lambda = 0)
+- ``randomk``  s = U(0,1) per document and session: a uniform random K-subset (f still trains)
+- ``epsilon``  s = f + lambda U(0,1)                                (EpsilonRank)
+- ``ucb``      s = f + lambda es                                    (Eq. 13)
+               es = MC-dropout std of the model score (Eq. 15-16), and under ``ie`` for documents
+               shown at the refresh es = sqrt(log T_q / T_d) (Eq. 20) with the *live* T_q (the
+               query's sessions so far, this one included) and T_d (the document's impressions).
+               f under ``ucb`` is the MC-dropout mean (``ucb_center="mc_mean"``, the code's
+               ``std_proposional``) or the deterministic forward (``"model"``, Eq. 13 literally).
+
+The paper code's choices where they differ (seed-code.md §2.2): its Random-k is EpsilonRank with
+lambda = 100 (1000 for IE), not a uniform subset; its IE-UCB (``merge_ucb``) gives a document not
+yet shown the count bonus sqrt(log T_q / 1) (``ie_unshown_bonus="count"``) instead of the model's
+MC-dropout std (the paper's §5.2.2 text; default here) and centres it on the deterministic f.
+
+``test_scores``: the deterministic f (no dropout, no exploration); warm with x_b from the given
+counters, cold with x_b at its unseen value (Delta: -2, CTR: 0) for concat and f(x_nb) for ie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.models.mc_dropout import N_PASSES, MCDropoutMLP
+from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
+from ltrjax.online import behaviour as behav
+from ltrjax.online.policies.base import Policy, QueryView
+from ltrjax.online.policies.counterfactual import counters_of
+from ltrjax.online.state import DocCounters
+from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
+
+STRATEGIES = ("topk", "randomk", "epsilon", "ucb")
+UCB_CENTERS = ("mc_mean", "model")
+IE_UNSHOWN_BONUSES = ("mc_std", "count")
+
+# The paper code (seed-code.md §2.2): Keras Adam (lr 1e-3), <= 100 epochs, early stopping with restore-best
+# (patience 40 on MQ2007/MQ2008, 5 on MSLR), batch the largest power of two below #validation docs (<= 4096).
+DEFAULT_FIT = {"optimizer": "adam", "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 40}
+
+
+def ucb_bonus(issue_count, impressions) -> jax.Array:
+    """Eq. 20's std estimate of Delta: sqrt(log T_q / T_d) (T_q, T_d clamped to >= 1)."""
+    t_q = jnp.maximum(jnp.asarray(issue_count, jnp.float32), 1.0)
+    t_d = jnp.maximum(jnp.asarray(impressions, jnp.float32), 1.0)
+    return jnp.sqrt(jnp.log(t_q) / t_d)
+
+
+class UCBRank(Policy):
+    """An MC-dropout MLP on Delta labels, served by Top-k, Random-k, EpsilonRank or UCB (Eq. 13)."""
+
+    name = "ucbrank"
+    trains = True
+
+    def __init__(self, data: PaddedDataset, strategy: str = "ucb", setting: str = "wo_behav",
+                 behaviour: str = "delta", exploration: float = 1.0, hidden: Sequence[int] = (32, 32),
+                 activation: str = "sigmoid", dropout: float = 0.5, n_passes: int = N_PASSES,
+                 ucb_center: str = "mc_mean", ie_unshown_bonus: str = "mc_std", min_impressions: float = 0,
+                 ctr_prior_count: float = 0.0, train: bool = True, fit: dict | None = None, name: str | None = None):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
+        if ucb_center not in UCB_CENTERS:
+            raise ValueError(f"unknown ucb_center {ucb_center!r}; expected one of {UCB_CENTERS}")
+        if ie_unshown_bonus not in IE_UNSHOWN_BONUSES:
+            raise ValueError(f"unknown ie_unshown_bonus {ie_unshown_bonus!r}; expected one of {IE_UNSHOWN_BONUSES}")
+        self.name = name or self.name
+        self.strategy = strategy
+        self.setting = behav.check_setting(setting)
+        self.behaviour = behav.check_feature(behaviour)
+        self.exploration = float(exploration)
+        self.ucb_center = ucb_center
+        self.ie_unshown_bonus = ie_unshown_bonus
+        self.min_impressions = float(min_impressions)
+        self.ctr_prior_count = float(ctr_prior_count)
+        self.trains = bool(train)
+        self.model = MCDropoutMLP(data.n_features + int(self.setting == "concat"), hidden, activation, dropout,
+                                  n_passes)
+        self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, **dict(fit or {})})
+        self._fit = make_fit(self.model.loss, self.fit_config)
+
+    # -- parameters
+    def init(self, key, data: PaddedDataset):
+        k_model, k_dropout = jax.random.split(key)
+        return {"model": self.model.init(k_model), "exploration": jnp.float32(self.exploration),
+                "dropout_key": k_dropout}
+
+    def hyper(self, params):
+        return {"exploration": params["exploration"]}
+
+    def with_hyper(self, params, exploration=None, **rest):
+        super().with_hyper(params, **rest)
+        return params if exploration is None else {**params, "exploration": jnp.float32(exploration)}
+
+    def refresh(self, key, params):
+        """A new dropout key per refresh: the N MC masks are redrawn (the code re-samples per interval)."""
+        return {**params, "dropout_key": key}
+
+    # -- features and model outputs
+    def x_b(self, counters: DocCounters):
+        return behav.feature(self.behaviour, counters, self.ctr_prior_count)
+
+    def inputs(self, features, counters: DocCounters | None):
+        """Model inputs: x_nb, or [x_nb, x_b] for concat (x_b unseen-valued when ``counters`` is None)."""
+        if self.setting != "concat":
+            return features
+        x_b = (jnp.full(features.shape[:-1], behav.unseen_value(self.behaviour), features.dtype)
+               if counters is None else self.x_b(counters).astype(features.dtype))
+        return jnp.concatenate([features, x_b[..., None]], axis=-1)
+
+    def evidence(self, model_scores, counters: DocCounters):
+        """Eq. 12 under ``ie`` (x_b where sum alpha > 0, else the model); the model score otherwise."""
+        if self.setting != "ie":
+            return model_scores
+        return behav.independent_evidence(model_scores, counters, self.behaviour, self.ctr_prior_count)
+
+    def prepare(self, params, bucket: Bucket, behaviour: DocCounters):
+        """Per-document values of one refresh from the counters at the segment start (dataset order)."""
+        x = self.inputs(bucket.features, behaviour)
+        if self.strategy != "ucb":
+            return {"score": self.evidence(self.model(params["model"], x), behaviour)}
+        mean, std = self.model.mc_scores(params["model"], x, params["dropout_key"])
+        center = mean if self.ucb_center == "mc_mean" else self.model(params["model"], x)
+        aux = {"score": self.evidence(center, behaviour), "std": std}
+        if self.setting == "ie":
+            aux["shown"] = behaviour.alpha_sum > 0  # the Eq. 12 switch, frozen with x_b
+        return aux
+
+    # -- ranking
+    def exploration_scale(self, aux, view: QueryView):
+        """es of Eq. 13: the MC-dropout std, or sqrt(log T_q / T_d) (Eq. 20) for IE evidence documents."""
+        if self.setting != "ie":
+            return aux["std"]
+        bonus = ucb_bonus(view.issue_count, view.counters.impressions)
+        unshown = aux["std"] if self.ie_unshown_bonus == "mc_std" else bonus
+        return jnp.where(aux["shown"], bonus, unshown)
+
+    def session_scores(self, view: QueryView, key):
+        if self.strategy == "randomk":
+            return jax.random.uniform(key, view.counters.clicks.shape)
+        scores = view.aux["score"]
+        if self.strategy == "epsilon":
+            scores = scores + view.hyper["exploration"] * jax.random.uniform(key, scores.shape)
+        elif self.strategy == "ucb":
+            scores = scores + view.hyper["exploration"] * self.exploration_scale(view.aux, view)
+        return scores
+
+    def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
+        if not warm:
+            return self.model(params["model"], self.inputs(bucket.features, None))
+        return self.evidence(self.model(params["model"], self.inputs(bucket.features, counters)), counters)
+
+    # -- training
+    def examples(self, docs: dict) -> dict:
+        """Inputs (x_b from the counters at the retrain point for concat) and Delta labels (Eq. 8)."""
+        counters = counters_of(docs)
+        x = np.asarray(docs["features"], np.float32)
+        if self.setting == "concat":
+            x = np.concatenate([x, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
+        return {"features": x, "target": np.asarray(behav.delta(counters), np.float32)}
+
+    def update(self, key, params, data, counters, entered, log):
+        k_fit, k_seed = jax.random.split(key)
+        train = self.examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
+        val = self.examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
+        n_val = len(val["target"])
+        if n_val == 0:  # early-stop on the (dropout-free) training loss until validation data exist
+            val = dict(train)
+        # per-example dropout seeds (mc_dropout.example_masks): their presence makes the loss use dropout
+        train["seed"] = np.asarray(jax.random.bits(k_seed, (len(train["target"]),), jnp.uint32))
+        model, info = fit_early_stopped(self._fit, self.fit_config, params["model"], train, val, k_fit, self.name,
+                                        (split_capacity(data, TRAIN), split_capacity(data, VALI)))
+        return {**params, "model": model}, {**info, "n_val": n_val}

@@ -1,0 +1,111 @@
+"""The online-table experiment: row names, resumable trials, significance units, report files."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ltrjax.online import table_run
+from ltrjax.online.experiment import result_name
+from tests.toy_data import toy_queryset
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def test_result_names():
+    assert result_name("cftopk", {"setting": "wo_behav"}) == "cftopk@wo_behav"
+    assert result_name("cftopk_concat", {"setting": "concat"}) == "cftopk@concat"
+    assert result_name("ucbrank_ie", {"setting": "ie"}) == "ucbrank@ie"
+    assert result_name("ucbrank_ctr", {"setting": "concat"}) == "ucbrank_ctr@concat"
+    assert result_name("ebrank", {"epsilon": 20}) == "ebrank"
+    assert result_name("bm25", {}) == "bm25"
+
+
+@pytest.mark.parametrize("experiment", ["online_table", "ucbrank_table"])
+def test_table_configs_compose(experiment):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("config", overrides=[f"experiment={experiment}"])
+    names = [result_name(k, v) for k, v in cfg.algorithms.items()]
+    assert len(names) == len(set(names))  # one row per algorithm and setting
+    assert cfg.trials == 5 and cfg.experiment.kind == "online_table"
+    settings = {n.split("@")[1] for n in names if "@" in n}
+    if experiment == "online_table":
+        assert cfg.sim.relevance == "ebrank" and cfg.click_model.kind == "pbm" and cfg.sim.refreshes is None
+        assert {"ebrank", "bm25", "cftopk@wo_behav", "cftopk@concat", "pdgd@concat", "prior@concat"} <= set(names)
+        assert settings == {"wo_behav", "concat", "ie"}
+    else:  # the UCBRank protocol preset
+        assert cfg.sim.relevance == "linear" and cfg.click_model.kind == "ucbrank_affine"
+        assert cfg.sim.entry_prob == 0.5 and cfg.sim.refreshes == 100 and cfg.sim.n_updates == 20
+        assert {"ucbrank@ie", "ucbrank@concat", "ucbrank_ctr@concat", "pdgd_ctr@concat"} <= set(names)
+        assert cfg.algorithms.pdgd_concat.behaviour == "delta" and cfg.algorithms.pdgd_ctr.behaviour == "ctr"
+
+
+@pytest.fixture(scope="module")
+def table_cfg():
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("config", overrides=[
+            "experiment=online_table", "trials=2", "progress=false", "sim.sessions=400",
+            "sim.warmup_sessions_per_query=2", "sim.n_updates=2", "sim.min_lanes=4", "experiment.entry_bins=3",
+            "experiment.permutations=500", "experiment.eta_sweep.values=[0.5,1.0]",
+            "experiment.eta_sweep.algorithms=[bm25]", "experiment.eta_sweep.trials=1"])
+    keep = {"bm25", "cftopk_concat", "ebrank"}
+    OmegaConf.set_struct(cfg, False)
+    cfg.algorithms = {k: v for k, v in cfg.algorithms.items() if k in keep}
+    cfg.algorithms.cftopk_concat.fit = {"max_epochs": 4, "batch_size": 256}
+    cfg.algorithms.ebrank.fit = {"max_epochs": 4, "batch_size": 256}
+    cfg.algorithms.ebrank.tune = {"epsilon": [0.0, 20.0]}
+    return cfg
+
+
+def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
+    queryset = toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=2)
+    table_run.run_online_table(table_cfg, tmp_path, queryset)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["algorithms"]) == {"bm25", "cftopk@concat", "ebrank"}
+    for name, entry in results["algorithms"].items():
+        assert [t["seed"] for t in entry["trials"]] == [0, 1]
+        for t in entry["trials"]:
+            assert {"cum_ndcg", "warm_ndcg", "cold_ndcg", "click_rate_by_entry"} <= set(t)
+            assert (tmp_path / "arrays" / table_run.safe_name(name) / f"trial{t['seed']}.npz").exists()
+    ratio = results["algorithms"]["cftopk@concat"]["trials"][0]["exploitation_ratio"]
+    assert 0.0 <= ratio["behaviour"] <= 1.0
+    assert results["algorithms"]["ebrank"]["trials"][0]["exploitation_ratio"] is None
+    assert set(results["significance"]) == {"cum_ndcg", "warm_ndcg", "cold_ndcg"}
+    assert sum(r["best"] for r in results["significance"]["cum_ndcg"].values()) == 1
+    report = (tmp_path / "results.md").read_text()
+    assert "| cftopk | W/-Behav (Concat) |" in report and "Click rate of perfect documents" in report
+    for figure in ("ndcg_over_time.png", "click_rate_by_entry.png", "eta_sweep.png", "exploitation_ratio.png"):
+        assert (tmp_path / figure).stat().st_size > 0, figure
+    assert list(tmp_path.glob("exploration_sweep_epsilon_*.png"))
+    assert (tmp_path / "eta_sweep" / "eta_0.5" / "results.json").exists()  # eta = 1 reuses the main run
+
+    # an interrupted run: drop one finished trial; a rerun recomputes only that one, identically
+    before = results["algorithms"]["ebrank"]["trials"][1]
+    results["algorithms"]["ebrank"]["trials"] = results["algorithms"]["ebrank"]["trials"][:1]
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    calls = []
+    original = table_run.tuned_trial
+    monkeypatch.setattr(table_run, "tuned_trial", lambda *a, **k: calls.append(a[1].name) or original(*a, **k))
+    table_run.run_online_table(table_cfg, tmp_path, queryset)
+    assert calls == ["ebrank"]
+    again = json.loads((tmp_path / "results.json").read_text())["algorithms"]["ebrank"]["trials"][1]
+    assert again["cum_ndcg"] == pytest.approx(before["cum_ndcg"]) and again["chosen"] == before["chosen"]
+
+    # a results file of another protocol is refused instead of being mixed in
+    other = OmegaConf.merge(table_cfg, {"sim": {"entry_prob": 0.5}})
+    with pytest.raises(ValueError, match="another output directory"):
+        table_run.run_online_table(other, tmp_path, queryset)
+
+
+def test_cum_units_sum_to_cum_ndcg():
+    """The Cum-NDCG significance units of a trial add up to its Cum-NDCG (EBRank Eq. 7)."""
+    from ltrjax import stats
+
+    nd = np.random.default_rng(0).random(50)
+    total = 0.0
+    for x in nd:
+        total = 0.995 * total + x
+    assert stats.discounted_contributions(nd, 0.995).sum() == pytest.approx(total)
