@@ -63,6 +63,17 @@ def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | No
     return out
 
 
+def padded_size(n: int, capacity: int | None, smallest: int = 4096) -> int:
+    """Pad ``n`` examples to the next power of two (at least ``smallest``), at most ``capacity``.
+
+    Every epoch shuffles and validates the whole padded array, so padding to the split's capacity
+    (millions of documents on MSLR-30K) would make each epoch cost the capacity, not the data; powers
+    of two keep the shapes — and compilations — to a handful per run.
+    """
+    size = max(smallest, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
+    return max(n, min(size, capacity)) if capacity is not None else size
+
+
 def weighted_mean(losses: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1e-12)
 
@@ -135,17 +146,17 @@ def fit_early_stopped(fit: Callable, cfg: FitConfig, params, train: Mapping[str,
     """One retrain with ``fit`` from ``make_fit``; returns (params, info).
 
     Skips (params unchanged) with fewer than ``cfg.min_examples`` training examples, early-stops on
-    the training loss while there are no validation examples yet, pads to ``capacity`` (the most
-    examples a split can ever hold, so retrains compile once) and refuses non-finite parameters.
+    the training loss while there are no validation examples yet, pads to a power of two capped at
+    ``capacity`` (the most examples a split can ever hold; ``padded_size``) and refuses non-finite
+    parameters.
     """
     n_train, n_val = (len(next(iter(d.values()))) for d in (train, val))
     if n_train < cfg.min_examples:
         return params, {"skipped": True, "n_train": n_train, "n_val": n_val}
     if n_val == 0:
         val = train
-    train_size, val_size = capacity
-    if val_size is not None:
-        val_size = max(val_size, len(next(iter(val.values()))))
+    train_size, val_size = (padded_size(len(next(iter(d.values()))), cap)
+                            for d, cap in zip((train, val), capacity))
     new, info = fit(params, pad_examples(train, cfg.batch_size, train_size),
                     pad_examples(val, cfg.batch_size, val_size), key)
     if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(new)):

@@ -213,6 +213,9 @@ def click_rate_markdown(curves: dict[str, dict]) -> str:
 
 def write_report(run: TableRun, title: str, wall: float, eta: dict | None) -> str:
     cfg = run.cfg.experiment
+    order = [result_name(k, v) for k, v in run.cfg.algorithms.items()]  # the table's row order, even when resumed
+    rank = {name: i for i, name in enumerate(order)}
+    run.writer.algorithms = dict(sorted(run.writer.algorithms.items(), key=lambda kv: rank.get(kv[0], len(rank))))
     results = run.writer.as_dict()
     rows = results["algorithms"]
     sig = significance(run, float(cfg.get("alpha", 0.05)), int(cfg.get("permutations", 10000)))
