@@ -244,7 +244,8 @@ def write_report(run: TableRun, title: str, wall: float, eta: dict | None) -> st
         parts.append(click_rate_markdown(curves))
         parts.append("![click rate of perfect documents by entry time](click_rate_by_entry.png)")
     for (hyper, values), series in sweep_series(rows).items():
-        path = run.out_dir / f"exploration_sweep_{safe_name(hyper)}_{len(values)}.png"
+        grid = "_".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in values)
+        path = run.out_dir / f"exploration_sweep_{safe_name(hyper)}_{safe_name(grid)}.png"
         plots.plot_sweep(list(values), series, path, f"exploration strength ({hyper})", LABELS,
                          title=f"{results['dataset']}: test metrics against {hyper} (validation grid runs)")
         parts.append(f"![test metrics against {hyper}]({path.name})")
