@@ -18,7 +18,7 @@ from ltrjax.online.policies.counterfactual import CFEpsilon, CFRandomK, CFTopK, 
 from ltrjax.online.policies.prior import Prior
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
-from tests.reference.online_loop import COUNTER_NAMES, cumulative, run_reference, shared_policy_noise
+from tests.reference.online_loop import COUNTER_NAMES, make_counters, cumulative, run_reference, shared_policy_noise
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -26,11 +26,6 @@ N_FEATURES = 5
 FIT = {"max_epochs": 8, "batch_size": 256}  # one padded shape on toy data: one compilation per fit
 CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,
                    lanes_per_query=0.3)
-
-
-def make_counters(**values) -> DocCounters:
-    n = len(next(iter(values.values())))
-    return DocCounters(**{k: jnp.asarray(values.get(k, np.zeros(n)), jnp.float32) for k in COUNTER_NAMES})
 
 
 @pytest.fixture(scope="module")

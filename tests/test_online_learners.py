@@ -19,9 +19,9 @@ from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.dbgd import DBGD, MGD, key_words, session_keys, unit_directions
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import update_points
-from ltrjax.online.simulator import SimConfig, Simulator, click_uniforms, policy_key, trial_keys
+from ltrjax.online.simulator import SimConfig, Simulator, policy_key, trial_keys
 from ltrjax.online.state import DocCounters
-from tests.reference.online_loop import bm25_scorer, reference_inputs, reference_state, run_sessions
+from tests.reference.online_loop import reference_warmup, run_sessions
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -554,14 +554,7 @@ def mgd_steps(policy, out, shown, clicked):
 def reference_trial(sim, policy, key, make_draws, make_scorer, steps_of):
     """The trial one session at a time (shared draws), with the §3.6 learner recomputed in NumPy."""
     data, cfg = sim.data, sim.config
-    keys = trial_keys(key)
-    warm, main = sim.session_plan(keys.plan)
-    inputs = reference_inputs(data)
-    ref = reference_state(data, sim.init_states(keys.init))
-    click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
-    common = dict(gains=inputs["gains"], n_docs=inputs["n_docs"], idcg=inputs["idcg"], click=click, top_k=5)
-    uniforms = lambda d: click_uniforms(keys.run, int(d.session[0]), len(d), 1, 5)  # noqa: E731
-    run_sessions(ref, warm, bm25_scorer(data.bm25_column, inputs["features"]), uniforms=uniforms(warm), **common)
+    keys, main, inputs, ref, common, uniforms = reference_warmup(sim, key)
     w = np.asarray(policy.init(keys.policy, data)["w"], np.float64)
     (width,) = {b.width for b in data.buckets}
     all_keys = jax.vmap(lambda t: policy_key(keys.run, t))(jnp.arange(main.session.max() + 1))

@@ -28,7 +28,7 @@ from ltrjax.online.policies.ucbrank import UCBRank, ucb_bonus
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
 from ltrjax.online.training_data import TRAIN, collect_documents
-from tests.reference.online_loop import COUNTER_NAMES, cumulative, reference_inputs, run_reference
+from tests.reference.online_loop import COUNTER_NAMES, make_counters, cumulative, reference_inputs, run_reference
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -37,11 +37,6 @@ FIT = {"max_epochs": 40, "learning_rate": 0.01, "batch_size": 256}  # one compil
 CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, refreshes=6, entry_prob=0.5,
                    min_lanes=4, lanes_per_query=0.3)
 KEY = jax.random.PRNGKey(11)
-
-
-def make_counters(**values) -> DocCounters:
-    n = len(next(iter(values.values())))
-    return DocCounters(**{k: jnp.asarray(values.get(k, np.zeros(n)), jnp.float32) for k in COUNTER_NAMES})
 
 
 @pytest.fixture(scope="module")

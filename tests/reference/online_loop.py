@@ -159,14 +159,11 @@ def behaviour_snapshot(data, ref: ReferenceState):
     return out
 
 
-def run_reference(sim, policy, key, make_scorer, hyper=None):
-    """A whole trial (BM25 warm-up, segments, retrains through ``policy.update``) one session at a time.
+def reference_warmup(sim, key):
+    """A trial's shared draws and its BM25 warm-up, one session at a time.
 
-    ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the policy for a segment;
-    ``inputs["behaviour"]`` holds the counters as of the segment start (``behaviour_snapshot``).
-    Segments are the refreshes of ``sim.config``; the policy retrains where the simulator does, with a
-    log (no session records) of the sessions since its last retrain.
-    Returns the reference state, per-session NDCG, shown, clicks, session splits and retrain count.
+    Returns (trial keys, main-phase draws, per-query inputs, reference state after the warm-up, the
+    common ``run_sessions`` arguments, ``uniforms(draws)``).
     """
     data = sim.data
     keys = trial_keys(key)
@@ -180,6 +177,26 @@ def run_reference(sim, policy, key, make_scorer, hyper=None):
         return click_uniforms(keys.run, int(draws.session[0]), len(draws), 1, 5)
 
     run_sessions(ref, warm, bm25_scorer(data.bm25_column, inputs["features"]), uniforms=uniforms(warm), **common)
+    return keys, main, inputs, ref, common, uniforms
+
+
+def make_counters(**values) -> DocCounters:
+    """``DocCounters`` of one query from per-counter lists (missing counters are zero)."""
+    n = len(next(iter(values.values())))
+    return DocCounters(**{k: jnp.asarray(values.get(k, np.zeros(n)), jnp.float32) for k in COUNTER_NAMES})
+
+
+def run_reference(sim, policy, key, make_scorer, hyper=None):
+    """A whole trial (BM25 warm-up, segments, retrains through ``policy.update``) one session at a time.
+
+    ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the policy for a segment;
+    ``inputs["behaviour"]`` holds the counters as of the segment start (``behaviour_snapshot``).
+    Segments are the refreshes of ``sim.config``; the policy retrains where the simulator does, with a
+    log (no session records) of the sessions since its last retrain.
+    Returns the reference state, per-session NDCG, shown, clicks, session splits and retrain count.
+    """
+    data = sim.data
+    keys, main, inputs, ref, common, uniforms = reference_warmup(sim, key)
     params = policy.with_hyper(policy.init(keys.policy, data), **(hyper or {}))
     points = update_points(len(main), sim.config.n_segments)
     starts = np.concatenate([[0], points[:-1] + 1])
