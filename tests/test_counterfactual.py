@@ -18,7 +18,7 @@ from ltrjax.online.policies.counterfactual import CFEpsilon, CFRandomK, CFTopK, 
 from ltrjax.online.policies.prior import Prior
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
-from tests.reference.online_loop import COUNTER_NAMES, make_counters, cumulative, run_reference, shared_policy_noise
+from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference, shared_policy_noise
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -239,18 +239,9 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
     policy = make_policy(data)
     key = jax.random.PRNGKey(11)
     result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
-    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, key, cf_scorer(policy, trial_keys(key).run),
-                                                                hyper)
-    np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
-    np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
-    np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)
-    for name, value in cumulative(ndcg, split, sim.config.gamma).items():
-        assert result.cum_ndcg[name] == pytest.approx(value, rel=1e-5)
-    state = result.final_states[0]
-    for r, q in enumerate(np.asarray(data.buckets[0].query_index)):
-        n = int(data.buckets[0].n_docs[r])
-        for name in COUNTER_NAMES:
-            np.testing.assert_array_equal(np.asarray(getattr(state.counters, name)[r])[:n], ref.counters[name][q])
+    reference = run_reference(sim, policy, key, cf_scorer(policy, trial_keys(key).run), hyper)
+    assert_matches_reference(sim, result, reference)
+    n_updates = reference[-1]
     assert n_updates == (2 if policy.trains else 0)
     if not policy.trains:
         assert result.train_info == []

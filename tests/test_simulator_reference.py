@@ -16,9 +16,8 @@ from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.random_k import RandomK
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from tests.reference.online_loop import (
-    COUNTER_NAMES,
+    assert_matches_reference,
     bm25_scorer,
-    cumulative,
     ebrank_scorer,
     random_k_scorer,
     run_reference,
@@ -59,25 +58,9 @@ def test_vectorized_equals_reference(setup, make_policy):
     data, _, sim = setup
     policy = make_policy(data)
     result = sim.run(policy, KEY, progress=False, keep_logs=True)
-    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, KEY, numpy_scorer(sim, policy))
-
-    vec_shown = np.concatenate([log.shown for log in result.logs])
-    vec_clicks = np.concatenate([log.clicks for log in result.logs])
-    np.testing.assert_array_equal(vec_shown, shown)
-    np.testing.assert_array_equal(vec_clicks, clicked)
-    np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)
-    ref_cum = cumulative(ndcg, split, sim.config.gamma)
-    for name, value in ref_cum.items():
-        assert result.cum_ndcg[name] == pytest.approx(value, rel=1e-5)
-
-    # counters and entered documents, query by query
-    for bucket, st in zip(data.buckets, result.final_states):
-        for r, q in enumerate(np.asarray(bucket.query_index)):
-            assert int(st.n_entered[r]) == ref.n_entered[q]
-            assert int(st.issue_count[r]) == ref.issue_count[q]
-            n = int(bucket.n_docs[r])
-            for name in COUNTER_NAMES:
-                np.testing.assert_array_equal(np.asarray(getattr(st.counters, name)[r])[:n], ref.counters[name][q])
+    reference = run_reference(sim, policy, KEY, numpy_scorer(sim, policy))
+    assert_matches_reference(sim, result, reference)
+    n_updates = reference[-1]
     # the protocol really exercised document entry and (for EBRank) model updates
     assert sum(int(np.sum(st.n_entered[:-1])) for st in result.final_states) > \
         sum(int(np.sum(st.n_entered[:-1])) for st in sim.init_states(trial_keys(KEY).init))
@@ -123,12 +106,11 @@ def test_refreshes_records_and_logs_match_reference(setup):
     sim = Simulator(data, model, config, warmup_policy=BM25(data))
     policy = FrozenCTR()
     result = sim.run(policy, KEY, progress=False, keep_logs=True)
-    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, KEY, frozen_ctr_scorer)
+    reference = run_reference(sim, policy, KEY, frozen_ctr_scorer)
+    n_updates = reference[-1]
 
     assert len(result.logs) == 6 and len(result.eval_history) == 6
-    np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
-    np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
-    np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(sim, result, reference)
     # 6 refreshes, 2 models: one retrain, after the third segment, from the log of segments 0-2
     assert [config.retrains_after(i) for i in range(6)] == [False, False, True, False, False, False]
     assert n_updates == 1 and len(result.train_info) == 1 and int(result.final_params["retrains"]) == 1

@@ -27,8 +27,9 @@ from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ucbrank import UCBRank, ucb_bonus
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
-from ltrjax.online.training_data import TRAIN, collect_documents
-from tests.reference.online_loop import COUNTER_NAMES, make_counters, cumulative, reference_inputs, run_reference
+from ltrjax.data.queryset import TRAIN
+from ltrjax.online.training_data import collect_documents
+from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -352,25 +353,10 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
     data, sim = toy
     policy = make_policy(data)
     result = sim.run(policy, KEY, hyper=hyper, progress=False, keep_logs=True)
-    ref, ndcg, shown, clicked, split, n_updates = run_reference(sim, policy, KEY, ucb_scorer(policy, sim, KEY), hyper)
+    reference = run_reference(sim, policy, KEY, ucb_scorer(policy, sim, KEY), hyper)
+    n_updates = reference[-1]
     assert len(result.logs) == CONFIG.refreshes
-    np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
-    np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
-    # the reference's iDCG uses the 1/log2 discount, the simulator's the examination curve theta_k
-    # (its "auto" discount for an affine click model): rescale per query
-    queries = np.concatenate([log.query for log in result.logs])
-    idcg_ref = np.asarray(reference_inputs(data)["idcg"])[queries]
-    idcg_sim = np.asarray(sim.idcg[0])[data.row_of_query[queries]]
-    ndcg = ndcg * np.where(idcg_sim > 0, idcg_ref / np.where(idcg_sim > 0, idcg_sim, 1), 0)
-    np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)
-    for name, value in cumulative(ndcg, split, sim.config.gamma).items():
-        assert result.cum_ndcg[name] == pytest.approx(value, rel=1e-5)
-    state = result.final_states[0]
-    for r, q in enumerate(np.asarray(data.buckets[0].query_index)):
-        n = int(data.buckets[0].n_docs[r])
-        assert int(state.issue_count[r]) == ref.issue_count[q]
-        for name in COUNTER_NAMES:
-            np.testing.assert_array_equal(np.asarray(getattr(state.counters, name)[r])[:n], ref.counters[name][q])
+    assert_matches_reference(sim, result, reference)
     assert n_updates == (2 if policy.trains else 0)
     assert len(result.train_info) == n_updates
     assert np.isfinite([result.warm_ndcg, result.cold_ndcg]).all()

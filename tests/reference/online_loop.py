@@ -14,6 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from ltrjax.clicks import relevance
 from ltrjax.metrics import ideal_dcg
@@ -39,12 +40,13 @@ def shared_policy_noise(run_key, session: int, width: int) -> np.ndarray:
     return np.asarray(jax.random.uniform(policy_key(run_key, session), (width,)))
 
 
-def run_sessions(state: ReferenceState, draws, score_fn, gains, n_docs, idcg, click, top_k: int, uniforms):
+def run_sessions(state: ReferenceState, draws, score_fn, gains, n_docs, idcg, click, top_k: int, uniforms,
+                 discount):
     """Run ``draws`` one session at a time; returns per-session NDCG, shown (dataset slots), clicks.
 
     ``score_fn(i, q, docs, counters)`` scores the available documents ``docs`` (dataset slots, entry
     order) of query ``q`` in session ``i`` from their ``counters``; ``uniforms[i]`` ([rows, K])
-    decides the clicks.
+    decides the clicks; ``discount[k]`` is the NDCG discount of position k (the iDCG's too).
     """
     theta = np.asarray(click["examination"], np.float32)[:top_k]
     alpha_k = np.asarray(click["alpha"], np.float32)[:top_k]
@@ -66,7 +68,7 @@ def run_sessions(state: ReferenceState, draws, score_fn, gains, n_docs, idcg, cl
         for name, delta in (("clicks", c), ("ips_clicks", c * inv_theta[:m]), ("impressions", np.ones_like(c)),
                             ("exposure", theta[:m]), ("alpha_sum", alpha_k[:m]), ("beta_sum", beta_k[:m])):
             np.add.at(state.counters[name][q], order, delta)
-        out_ndcg.append(float(np.sum(rel * theta[:m])) / idcg[q] if idcg[q] > 0 else 0.0)
+        out_ndcg.append(float(np.sum(rel * discount[:m])) / idcg[q] if idcg[q] > 0 else 0.0)
         out_shown.append(np.concatenate([shown, np.full(top_k - m, -1)]))
         out_clicks.append(np.concatenate([c > 0, np.zeros(top_k - m, bool)]))
     return np.asarray(out_ndcg, np.float32), np.asarray(out_shown), np.asarray(out_clicks)
@@ -106,10 +108,11 @@ def ebrank_scorer(params, beta, features):
 
 
 # --------------------------------------------------------------------------- a whole trial
-def reference_inputs(data, top_k: int = 5):
-    """Per global query: features, gains, n_docs, idcg, width (dataset slot order; EBRank gains)."""
+def reference_inputs(data, discount):
+    """Per global query: features, gains, n_docs, idcg (with ``discount``), width (dataset slot order;
+    EBRank gains)."""
     per_query = {k: [None] * data.n_queries for k in ("features", "gains", "n_docs", "idcg", "width")}
-    disc = jnp.asarray(1.0 / np.log2(np.arange(2, top_k + 2)), jnp.float32)
+    disc = jnp.asarray(discount, jnp.float32)
     for bucket in data.buckets:
         gains = relevance(bucket.labels, data.y_max, "ebrank") * bucket.doc_mask
         idcg = np.asarray(ideal_dcg(gains, bucket.doc_mask, disc))
@@ -168,10 +171,12 @@ def reference_warmup(sim, key):
     data = sim.data
     keys = trial_keys(key)
     warm, main = sim.session_plan(keys.plan)
-    inputs = reference_inputs(data)
+    discount = np.asarray(sim.discount, np.float32)  # the protocol's NDCG discount (SimConfig.discount)
+    inputs = reference_inputs(data, discount)
     ref = reference_state(data, sim.init_states(keys.init))
     click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
-    common = dict(gains=inputs["gains"], n_docs=inputs["n_docs"], idcg=inputs["idcg"], click=click, top_k=5)
+    common = dict(gains=inputs["gains"], n_docs=inputs["n_docs"], idcg=inputs["idcg"], click=click, top_k=5,
+                  discount=discount)
 
     def uniforms(draws):
         return click_uniforms(keys.run, int(draws.session[0]), len(draws), 1, 5)
@@ -184,6 +189,25 @@ def make_counters(**values) -> DocCounters:
     """``DocCounters`` of one query from per-counter lists (missing counters are zero)."""
     n = len(next(iter(values.values())))
     return DocCounters(**{k: jnp.asarray(values.get(k, np.zeros(n)), jnp.float32) for k in COUNTER_NAMES})
+
+
+def assert_matches_reference(sim, result, reference):
+    """The simulator's trial ``result`` (run with ``keep_logs``) equals ``run_reference``'s output:
+    shown lists, clicks, per-session and cumulative NDCG, and per query the entered documents, the issue
+    count and every counter."""
+    ref, ndcg, shown, clicked, split, _ = reference
+    np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
+    np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
+    np.testing.assert_allclose(result.session_ndcg, ndcg, rtol=1e-5, atol=1e-6)
+    for name, value in cumulative(ndcg, split, sim.config.gamma).items():
+        assert result.cum_ndcg[name] == pytest.approx(value, rel=1e-5)
+    for bucket, st in zip(sim.data.buckets, result.final_states):
+        for r, q in enumerate(np.asarray(bucket.query_index)):
+            assert int(st.n_entered[r]) == ref.n_entered[q]
+            assert int(st.issue_count[r]) == ref.issue_count[q]
+            n = int(bucket.n_docs[r])
+            for name in COUNTER_NAMES:
+                np.testing.assert_array_equal(np.asarray(getattr(st.counters, name)[r])[:n], ref.counters[name][q])
 
 
 def run_reference(sim, policy, key, make_scorer, hyper=None):
