@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ltrjax.clicks import make_click_model
 from ltrjax.data.layout import pad_and_bucket
-from ltrjax.data.queryset import QuerySet
+from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online.plots import plot_ndcg_over_time
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator, TrialResult
@@ -60,7 +60,7 @@ def result_name(key: str, acfg) -> str:
 
 
 def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, grid_scores: dict) -> dict:
-    test = result.session_split == 2
+    test = result.session_split == TEST
     return {
         "seed": seed,
         "cum_ndcg": result.cum_ndcg["test"],

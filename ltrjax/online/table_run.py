@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from ltrjax import stats
-from ltrjax.data.queryset import QuerySet
+from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online import analysis, plots
 from ltrjax.online.experiment import (
     LABELS,
@@ -47,7 +47,6 @@ from ltrjax.online.table import exploitation_ratio_markdown, online_table_markdo
 from ltrjax.results import ResultsWriter, atomic_write
 
 log = logging.getLogger("ltrjax")
-TEST = 2
 TABLE_METRICS = ("cold_ndcg", "warm_ndcg", "cum_ndcg")  # EBRank Table 3 column order
 
 

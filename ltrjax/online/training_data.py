@@ -12,8 +12,6 @@ import numpy as np
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.online.state import DocCounters
 
-TRAIN, VALI = 0, 1
-
 
 def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, split: int,
                       min_impressions: float) -> dict[str, np.ndarray]:

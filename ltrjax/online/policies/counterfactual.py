@@ -43,7 +43,8 @@ from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.state import STAT_NAMES, DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
+from ltrjax.data.queryset import TRAIN, VALI
+from ltrjax.online.training_data import collect_documents, split_capacity
 
 SERVING = ("topk", "randomk", "epsilon")
 TARGETS = ("ips", "delta")

@@ -27,7 +27,8 @@ from ltrjax.models.scorers import BetaPrior
 from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
 from ltrjax.online.policies.base import Policy
 from ltrjax.online.state import DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
+from ltrjax.data.queryset import TRAIN, VALI
+from ltrjax.online.training_data import collect_documents, split_capacity
 
 STATISTICS = ("exposure", "ips")
 # Prior training (conf/algorithm/ebrank.yaml). The paper code's SGD 0.05 / batch 64 / <= 1000 epochs /

@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.data.queryset import TRAIN
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy
 from ltrjax.online.state import DocCounters
 
 INITS = ("uniform", "zeros")
-TRAIN_SPLIT = 0
 MAX_CHUNK = 4096  # sessions per scan step when summing updates (bounds the [chunk, K, F] gather)
 
 
@@ -117,7 +117,7 @@ class LinearOnlineLearner(Policy):
     def training_sessions(self, data: PaddedDataset, query: np.ndarray) -> np.ndarray:
         """bool ``[n]``: sessions that may train (training-split queries unless ``all_splits``)."""
         query = np.asarray(query)
-        return np.ones(query.shape, bool) if self.all_splits else data.split_of_query[query] == TRAIN_SPLIT
+        return np.ones(query.shape, bool) if self.all_splits else data.split_of_query[query] == TRAIN
 
     def step_sizes(self, params, data: PaddedDataset, query: np.ndarray, updates: np.ndarray) -> np.ndarray:
         """eta_t ``[n]`` (float64, 0 where no update happens): lr * decay^(earlier updates since the retrain)."""

@@ -33,7 +33,8 @@ from ltrjax.online.policies.counterfactual import (
     regression_target,
 )
 from ltrjax.online.state import DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
+from ltrjax.data.queryset import TRAIN, VALI
+from ltrjax.online.training_data import collect_documents, split_capacity
 
 
 class Prior(Policy):

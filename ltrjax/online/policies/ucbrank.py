@@ -51,7 +51,8 @@ from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.policies.counterfactual import counters_of
 from ltrjax.online.state import DocCounters
-from ltrjax.online.training_data import TRAIN, VALI, collect_documents, split_capacity
+from ltrjax.data.queryset import TRAIN, VALI
+from ltrjax.online.training_data import collect_documents, split_capacity
 
 STRATEGIES = ("topk", "randomk", "epsilon", "ucb")
 UCB_CENTERS = ("mc_mean", "model")
