@@ -198,7 +198,7 @@ class Simulator:
         self.uniform_rows = 2 if click_model.kind == "cascade" else 1
         self._steps: dict[str, int] = {}
         self._segment_fns: dict[int, Callable] = {}
-        self._eval_fns: dict[tuple[int, int], Callable] = {}
+        self._eval_fns: dict[int, Callable] = {}
 
     # ------------------------------------------------------------------ compiled pieces
     def _segment_fn(self, policy: Policy) -> Callable:
@@ -293,25 +293,26 @@ class Simulator:
 
         return segment
 
-    def _eval_fn(self, policy: Policy, b: int) -> Callable:
-        cache_key = (id(policy), b)
-        if cache_key not in self._eval_fns:
-            bucket, gains, discount = self.data.buckets[b], self.gains[b], self.discount
-            idcg = self.idcg[b]
+    def _eval_fn(self, policy: Policy) -> Callable:
+        """Warm/Cold NDCG@K per query of one bucket. The bucket's arrays are arguments, not closed-over
+        constants: constants would be embedded into the program (minutes of compilation and a copy of the
+        feature array per bucket at MSLR scale)."""
+        if id(policy) not in self._eval_fns:
+            discount, top_k = self.discount, self.config.top_k
 
-            def evaluate(params, state: BucketState):
+            def evaluate(params, state: BucketState, bucket: Bucket, gains, idcg):
                 counters = counters_in_dataset_order(state)
+                gains_e = to_entry_order(gains, state)[:-1]
+                entered = jnp.arange(bucket.width)[None, :] < state.n_entered[:-1, None]
                 out = []
                 for warm in (True, False):
                     scores = to_entry_order(policy.test_scores(params, bucket, counters, warm), state)[:-1]
-                    gains_e = to_entry_order(gains, state)[:-1]
-                    entered = jnp.arange(bucket.width)[None, :] < state.n_entered[:-1, None]
-                    ranking, slot_valid = metrics.top_k_ranking(scores, entered, self.config.top_k)
+                    ranking, slot_valid = metrics.top_k_ranking(scores, entered, top_k)
                     out.append(metrics.ndcg_of_ranking(ranking, slot_valid, gains_e, idcg, discount))
                 return out[0], out[1]
 
-            self._eval_fns[cache_key] = jax.jit(evaluate)
-        return self._eval_fns[cache_key]
+            self._eval_fns[id(policy)] = jax.jit(evaluate)
+        return self._eval_fns[id(policy)]
 
     # ------------------------------------------------------------------ host-side driver
     def plan(self, segments: list[SessionDraws], phase: str = "main") -> list[list[np.ndarray | None]]:
@@ -383,7 +384,7 @@ class Simulator:
         """Warm/Cold NDCG@K of the deterministic ranker over entered documents, per global query index."""
         out = {name: np.zeros(self.data.n_queries, np.float32) for name in ("warm", "cold")}
         for b, bucket in enumerate(self.data.buckets):
-            warm, cold = self._eval_fn(policy, b)(params, states[b])
+            warm, cold = self._eval_fn(policy)(params, states[b], bucket, self.gains[b], self.idcg[b])
             out["warm"][np.asarray(bucket.query_index)] = np.asarray(warm)
             out["cold"][np.asarray(bucket.query_index)] = np.asarray(cold)
         return out
