@@ -51,3 +51,20 @@ def test_trials_reuse_compiled_segments(sim):
     for seed in range(3):
         sim.run(policy, jax.random.PRNGKey(seed), progress=False)
     assert sim._segment_fn(policy)._cache_size() == 1
+
+
+def test_fit_overrides_large_replace_only_matching_fit_fields(sim):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=online_table", "fit_overrides=large"])
+    fits = {key: make_policy(key, cfg.algorithms[key], sim.data, cfg.fit_overrides, key)[0].fit_config
+            for key in ("cftopk_concat", "prior_concat", "ucbrank_ie", "ebrank")}
+    assert (fits["cftopk_concat"].optimizer, fits["cftopk_concat"].batch_size, fits["cftopk_concat"].patience) == (
+        "adam", 1024, 5)
+    assert fits["prior_concat"].max_epochs == 50
+    assert (fits["ucbrank_ie"].learning_rate, fits["ucbrank_ie"].batch_size, fits["ucbrank_ie"].patience) == (
+        0.001, 4096, 5)
+    assert fits["ebrank"] == make_policy("ebrank", cfg.algorithms.ebrank, sim.data)[0].fit_config
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        default = compose(config_name="config", overrides=["experiment=online_table"])
+    assert make_policy("cftopk", default.algorithms.cftopk, sim.data, default.fit_overrides,
+                       "cftopk")[0].fit_config.optimizer == "sgd"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import logging
 import time
@@ -80,8 +81,23 @@ def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, gr
     }
 
 
-def make_policy(name: str, acfg: DictConfig, data):
+def fit_override(key: str, overrides) -> dict:
+    """The ``fit`` fields that ``overrides`` ({glob of algorithm keys: {field: value}}, conf/fit_overrides/)
+    sets for algorithm ``key``; later globs win."""
+    out = {}
+    for pattern, fields in dict(overrides or {}).items():
+        if fnmatch.fnmatchcase(key, pattern):
+            out.update(OmegaConf.to_container(fields, resolve=True) if isinstance(fields, DictConfig) else fields)
+    return out
+
+
+def make_policy(name: str, acfg: DictConfig, data, fit_overrides: dict | None = None, key: str | None = None):
+    """The policy of algorithm config ``acfg`` (result name ``name``, config key ``key``) and its tune grid;
+    ``fit_overrides`` replaces retraining settings of algorithms that have a ``fit`` block."""
     cfg = OmegaConf.to_container(acfg, resolve=True)
+    override = fit_override(key or name, fit_overrides)
+    if override and "fit" in cfg:
+        cfg["fit"] = {**(cfg["fit"] or {}), **override}
     tune = cfg.pop("tune", None)
     policy_class = get_class(cfg.pop("_target_"))  # data is passed directly: Hydra would convert the dataclass
     policy = policy_class(data, **cfg)
@@ -161,7 +177,7 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
 
     for key_name, acfg in cfg.algorithms.items():
         name = result_name(key_name, acfg)
-        policy, tune = make_policy(name, acfg, data)
+        policy, tune = make_policy(name, acfg, data, cfg.get("fit_overrides"), key_name)
         grid = tune_grid(tune if tune_enabled else None)
         for trial in range(int(cfg.trials)):
             best, chosen, scores = tuned_trial(sim, policy, grid, trial_key(cfg, trial), tune_split, progress)

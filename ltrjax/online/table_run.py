@@ -130,7 +130,7 @@ class TableRun:
             acfg = self.algorithms[key]
             name = result_name(key, acfg)
             if key not in policies:
-                policies[key] = make_policy(name, acfg, self.sim.data)
+                policies[key] = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
             policy, tune = policies[key]
             grid = tune_grid(tune if self.tune else None)
             tic = time.perf_counter()
