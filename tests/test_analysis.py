@@ -228,3 +228,10 @@ def test_plots_write_pngs(tmp_path):
     plots.plot_exploitation_ratio({"dbgd": {"behaviour": [0.6, 0.5], "max_nonbehaviour": [0.1, 0.2]}},
                                   tmp_path / "ratio2.png")
     _png(tmp_path / "ratio2.png")
+
+
+def test_series_colours_are_distinct_for_a_full_table():
+    from ltrjax.online.plots import series_color
+
+    for n in (5, 16, 19, 30):
+        assert len({str(series_color(i, n)) for i in range(n)}) == n

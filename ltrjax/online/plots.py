@@ -11,12 +11,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def series_color(i: int, n: int):
+    """A distinct colour for series ``i`` of ``n``: the default cycle up to 10 series, tab20 up to 20, then a
+    continuous map (EBRank Table 3 has 16 rows; ``C{i % 10}`` would give two rows one colour)."""
+    if n <= 10:
+        return f"C{i}"
+    if n <= 20:
+        return plt.get_cmap("tab20")(i)
+    return plt.get_cmap("turbo")(i / max(n - 1, 1))
+
+
 def plot_ndcg_over_time(results: dict, path: Path) -> None:
     """Left: NDCG@5 of shown lists on test sessions over time; right: Warm/Cold NDCG@5 per evaluation."""
     fig, (ax_online, ax_eval) = plt.subplots(1, 2, figsize=(12, 4.5))
     sessions = results.get("sessions", 1)
     for i, (name, entry) in enumerate(results["algorithms"].items()):
-        color = f"C{i % 10}"
+        color = series_color(i, len(results["algorithms"]))
         curves = [t["test_session_ndcg_curve"] for t in entry["trials"] if t["test_session_ndcg_curve"]]
         if curves:
             n = min(len(c) for c in curves)
@@ -90,7 +100,7 @@ def plot_click_rate_by_entry(curves: dict[str, dict], path, title: str = "") -> 
         mean, std = _curve(entry)
         n = mean.size
         x = np.concatenate([[-1.0], np.arange(n - 1, dtype=np.float64)])
-        color = f"C{i % 10}"
+        color = series_color(i, len(curves))
         ax.plot(x[1:], mean[1:], marker="o", markersize=3, color=color, label=name)
         x0 = x[:1] + 0.08 * (i - (len(curves) - 1) / 2)  # initial points side by side, not on top of each other
         ax.plot(x0, mean[:1], marker="s", markersize=6, color=color, linestyle="none")
@@ -143,7 +153,7 @@ def plot_sweep(x_values, series: dict[str, dict[str, list]], path, xlabel: str, 
             mean, std = _mean_std(per_metric[metric])
             if mean.size != x.size:
                 raise ValueError(f"plot_sweep: {name}/{metric} has {mean.size} points for {x.size} x values")
-            color = f"C{i % 10}"
+            color = series_color(i, len(series))
             ax.plot(x, mean, marker="o", markersize=4, color=color, label=name)
             if np.any(std > 0):
                 ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)

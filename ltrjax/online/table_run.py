@@ -218,9 +218,12 @@ def write_report(run: TableRun, title: str, wall: float, eta: dict | None) -> st
     results = run.writer.as_dict()
     rows = results["algorithms"]
     sig = significance(run, float(cfg.get("alpha", 0.05)), int(cfg.get("permutations", 10000)))
+    trial_wall = sum(t.get("wall_seconds", 0.0) for e in rows.values() for t in e["trials"])
     notes = (f"{results['dataset']}: {results['sessions']} sessions per trial "
              f"(+{results['warmup_sessions']} BM25 warm-up), {max(len(e['trials']) for e in rows.values())} trials; "
-             f"test-split metrics, mean ± std over trials; wall time {wall:.0f} s. Significance: Fisher "
+             f"test-split metrics, mean ± std over trials; wall time {wall:.0f} s for this invocation, "
+             f"{trial_wall:.0f} s summed over the trials' own runs (a resumed run reuses earlier trials). "
+             "Significance: Fisher "
              "randomization (paired sign-flip) tests against the best row over (trial, test query) units for "
              "Warm/Cold-NDCG and (trial, test session) discounted contributions for Cum-NDCG.")
     per_trial = {n: {m: [t[m] for t in e["trials"]] for m in METRICS} for n, e in rows.items()}
