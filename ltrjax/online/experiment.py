@@ -84,10 +84,12 @@ def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, gr
 def fit_override(key: str, overrides) -> dict:
     """The ``fit`` fields that ``overrides`` ({glob of algorithm keys: {field: value}}, conf/fit_overrides/)
     sets for algorithm ``key``; later globs win."""
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
     out = {}
-    for pattern, fields in dict(overrides or {}).items():
+    for pattern, fields in (overrides or {}).items():
         if fnmatch.fnmatchcase(key, pattern):
-            out.update(OmegaConf.to_container(fields, resolve=True) if isinstance(fields, DictConfig) else fields)
+            out.update(fields)
     return out
 
 
