@@ -40,16 +40,11 @@ def run_experiment(cfg: DictConfig, out_dir: Path):
     enable_compilation_cache(cfg)
     kind = cfg.experiment.kind
     dcfg = dataset_config(cfg)
-    if kind == "online":
-        from ltrjax.online.experiment import run_online
+    if kind in ("online", "online_table"):
+        from ltrjax.runner import run_online
 
         queryset = load_dataset(dcfg, seed=cfg.seed, cache_dir=cache_dir(cfg))
         return run_online(cfg, out_dir, queryset)
-    if kind == "online_table":
-        from ltrjax.online.table_run import run_online_table
-
-        queryset = load_dataset(dcfg, seed=cfg.seed, cache_dir=cache_dir(cfg))
-        return run_online_table(cfg, out_dir, queryset)
     if kind == "offline":
         from ltrjax.offline.experiment import run_offline
 

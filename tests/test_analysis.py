@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ltrjax import metrics
-from ltrjax.online import analysis, plots, table
-from ltrjax.stats import discounted_contributions, paired_randomization_test, significance_vs_best
+from ltrjax.report import analysis, plots, tables as table
+from ltrjax.report.stats import discounted_contributions, paired_randomization_test, significance_vs_best
 
 
 def brute_force_p(d):
@@ -60,7 +60,7 @@ def test_monte_carlo_shift_and_null():
 
 
 def test_monte_carlo_is_chunked_and_seeded(monkeypatch):
-    import ltrjax.stats as stats
+    from ltrjax.report import stats
 
     monkeypatch.setattr(stats, "_CHUNK_ELEMENTS", 1000)  # 1 sign pattern of 600 units per chunk... or a few
     rng = np.random.default_rng(2)
@@ -231,7 +231,7 @@ def test_plots_write_pngs(tmp_path):
 
 
 def test_series_colours_are_distinct_for_a_full_table():
-    from ltrjax.online.plots import series_color
+    from ltrjax.report.plots import series_color
 
     for n in (5, 16, 19, 30):
         assert len({str(series_color(i, n)) for i in range(n)}) == n

@@ -102,7 +102,7 @@ def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
 
 def test_cum_units_sum_to_cum_ndcg():
     """The Cum-NDCG significance units of a trial add up to its Cum-NDCG (EBRank Eq. 7)."""
-    from ltrjax import stats
+    from ltrjax.report import stats
 
     nd = np.random.default_rng(0).random(50)
     total = 0.0

@@ -43,7 +43,7 @@ def numpy_scorer(sim, policy):
         return lambda params, draws, inputs: bm25_scorer(sim.data.bm25_column, inputs["features"])
     if isinstance(policy, RandomK):
         return lambda params, draws, inputs: random_k_scorer(trial_keys(KEY).run, draws, inputs["width"])
-    return lambda params, draws, inputs: ebrank_scorer(params, policy.beta, inputs["features"])
+    return lambda params, draws, inputs: ebrank_scorer(params, inputs["hyper"], policy.beta, inputs["features"])
 
 
 KEY = jax.random.PRNGKey(11)
@@ -84,7 +84,7 @@ class FrozenCTR(Policy):
     def session_record(self, view, key, scores, shown, slot_valid, clicked):
         return {"n_clicks": jnp.sum(clicked.astype(jnp.int32)), "top_score": scores[shown[0]]}
 
-    def update(self, key, params, data, counters, entered, log):
+    def update(self, key, params, hyper, data, counters, entered, log):
         n_clicks = None if log.record is None else np.asarray(log.record["n_clicks"])  # the reference keeps none
         return {"retrains": params["retrains"] + 1}, {"sessions": np.asarray(log.session), "n_clicks": n_clicks,
                                                       "clicks": np.asarray(log.clicks)}

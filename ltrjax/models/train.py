@@ -79,9 +79,12 @@ def weighted_mean(losses: jax.Array, weight: jax.Array) -> jax.Array:
 
 
 def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
-    """Return ``fit(params, train, val, key) -> (best_params, info)``, jitted.
+    """Return ``fit(params, train, val, key) -> (best_params, info)``, a pure function (jit or vmap it).
 
-    ``train``/``val`` are dicts of equally long arrays including ``weight`` (0 = padding).
+    ``train``/``val`` are dicts of equally long arrays including ``weight`` (0 = padding). Under
+    ``jax.vmap`` (one fit per member of a population, ``fit_members``) the data-dependent loop bounds —
+    the number of real minibatches and the early-stopping ``while_loop`` — become per-member masks:
+    a member that has stopped keeps its parameters while the others train on.
     """
     tx = make_optimizer(cfg)
 
@@ -90,7 +93,6 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
 
     grad_fn = jax.value_and_grad(batch_loss)
 
-    @jax.jit
     def fit(params, train, val, key):
         n = train["weight"].shape[0]
         batch = min(cfg.batch_size, n)
@@ -140,25 +142,55 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
     return fit
 
 
-def fit_early_stopped(fit: Callable, cfg: FitConfig, params, train: Mapping[str, np.ndarray],
-                      val: Mapping[str, np.ndarray], key, name: str,
-                      capacity: tuple[int | None, int | None] = (None, None)):
-    """One retrain with ``fit`` from ``make_fit``; returns (params, info).
+class MemberFit:
+    """``make_fit``'s fit, vmapped over the members of a population and jitted once (shapes permitting)."""
 
-    Skips (params unchanged) with fewer than ``cfg.min_examples`` training examples, early-stops on
-    the training loss while there are no validation examples yet, pads to a power of two capped at
-    ``capacity`` (the most examples a split can ever hold; ``padded_size``) and refuses non-finite
-    parameters.
+    def __init__(self, loss_fn: LossFn, cfg: FitConfig):
+        self.cfg = cfg
+        self.fit = make_fit(loss_fn, cfg)
+        self.batched = jax.jit(jax.vmap(self.fit))
+
+
+def _length(d: Mapping[str, np.ndarray]) -> int:
+    return len(next(iter(d.values())))
+
+
+def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndarray]],
+                vals: list[Mapping[str, np.ndarray]], keys: jax.Array, name: str,
+                capacity: tuple[int | None, int | None] = (None, None)) -> tuple[Any, list[dict]]:
+    """Retrain every member of a population in one vmapped, early-stopped fit; returns (params, infos).
+
+    ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's
+    examples (host arrays). Each member early-stops on its validation loss, or on its training loss
+    while it has no validation examples yet; all members are padded to one power-of-two size capped
+    at ``capacity`` (the most examples a split can hold), so a run compiles a handful of shapes. A
+    member with fewer than ``min_examples`` training examples is skipped: its parameters are kept.
+    Non-finite parameters are refused.
     """
-    n_train, n_val = (len(next(iter(d.values()))) for d in (train, val))
-    if n_train < cfg.min_examples:
-        return params, {"skipped": True, "n_train": n_train, "n_val": n_val}
-    if n_val == 0:
-        val = train
-    train_size, val_size = (padded_size(len(next(iter(d.values()))), cap)
-                            for d, cap in zip((train, val), capacity))
-    new, info = fit(params, pad_examples(train, cfg.batch_size, train_size),
-                    pad_examples(val, cfg.batch_size, val_size), key)
-    if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(new)):
-        raise FloatingPointError(f"{name}: parameters became non-finite after training")
-    return new, {**{k: float(v) for k, v in info.items()}, "n_train": n_train, "n_val": n_val}
+    cfg = member_fit.cfg
+    n_train = [_length(t) for t in trains]
+    n_val = [_length(v) for v in vals]
+    vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
+    train_size = max(padded_size(n, capacity[0]) for n in n_train)
+    val_size = max(padded_size(_length(v), capacity[1]) for v in vals)
+    stack = lambda ds: {k: np.stack([d[k] for d in ds]) for k in ds[0]}  # noqa: E731
+    train = stack([pad_examples(t, cfg.batch_size, train_size) for t in trains])
+    val = stack([pad_examples(v, cfg.batch_size, val_size) for v in vals])
+    new, info = member_fit.batched(params, train, val, keys)
+    trained = np.asarray(n_train) >= cfg.min_examples
+    keep = jnp.asarray(trained)
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(keep.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, params)
+    finite = np.asarray(jax.tree_util.tree_reduce(
+        lambda acc, a: acc & jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1),
+        jax.tree_util.tree_leaves(new), jnp.ones(len(trains), bool)))
+    if not finite.all():
+        raise FloatingPointError(f"{name}: parameters of members {np.flatnonzero(~finite).tolist()} became "
+                                 "non-finite after training")
+    info = {k: np.asarray(v) for k, v in info.items()}
+    infos = []
+    for i in range(len(trains)):
+        if not trained[i]:
+            infos.append({"skipped": True, "n_train": n_train[i], "n_val": n_val[i]})
+        else:
+            infos.append({**{k: float(v[i]) for k, v in info.items()}, "n_train": n_train[i], "n_val": n_val[i]})
+    return new, infos

@@ -1,41 +1,44 @@
-"""The vectorized online simulation loop (SPEC §2.1, §5; EBRank §5.1).
+"""The vectorized online simulation of a population of members (SPEC §2.1, §5; EBRank §5.1).
+
+A *member* is one (trial key, hyper-parameters) pair of one policy; a *population* is many members
+advanced by one compiled program: every array of the simulation state, the policy parameters and
+the typed hyper-parameters carries a leading member axis, and the segment program (``step.segment``)
+is ``vmap``ped over it around the lanes. Members of one trial share its session plan and click
+uniforms (a validation grid); members of different trials have their own plans, padded to one
+step count, so one program serves both. A single trial is a population of one.
 
 One trial: BM25 warm-up sessions, then ``refreshes`` segments (default ``n_updates``). Inside a
 segment the policy's model and its refreshed behaviour features are frozen, so every query's
 sessions run in order in their own lane of a ``lax.scan`` (``schedule.lane_schedule``), all lanes
-at once. Each session: maybe a new document enters, the policy scores the entered documents, the
-top K are shown, clicks are drawn from the click model, counters are updated, the NDCG of the
-shown list is recorded at its global time, and the policy may keep a per-session record (an
-online learner's gradient or multileaving outcome). After each segment the policy is evaluated
-(Warm/Cold NDCG); at every ``refreshes / n_updates``-th segment it retrains from the counters and
-the log of the sessions since its last retrain (UCBRank: 100 feature refreshes, 20 retrains).
+at once. After each segment every member is evaluated (Warm/Cold NDCG); at every
+``refreshes / n_updates``-th segment all members retrain at once (``Policy.update_population``)
+from their counters and the log of their sessions since the last retrain (UCBRank: 100 feature
+refreshes, 20 retrains).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import time
-from collections.abc import Callable
-from typing import NamedTuple
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from ltrjax import clicks as click_lib
 from ltrjax import metrics
-from ltrjax.data.layout import Bucket, PaddedDataset
-from ltrjax.online.policies.base import Policy, QueryView, SessionLog
+from ltrjax.data.layout import PaddedDataset
+from ltrjax.online import step as step_lib
+from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
 from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, padded_steps, update_points
-from ltrjax.online.state import (
-    BucketState,
-    DocCounters,
-    counters_in_dataset_order,
-    entered_mask,
-    init_bucket_state,
-    to_entry_order,
-)
+from ltrjax.online.state import STAT_NAMES, BucketState, counters_in_dataset_order, entered_mask, init_bucket_state
 
 SPLITS = ("train", "vali", "test")
 
@@ -61,6 +64,9 @@ class SimConfig:
     lanes_per_query: float = 0.1  # lanes = clip(queries * this, min_lanes, max_lanes)
     min_lanes: int = 32
     max_lanes: int = 1024
+    # click uniforms: "host" = NumPy PCG64 per segment (the reference-exact default), "device" = jax.random
+    # inside the compiled step (no host work or transfer per segment; for GPUs)
+    click_rng: str = "host"
 
     @classmethod
     def from_mapping(cls, cfg) -> "SimConfig":
@@ -69,6 +75,8 @@ class SimConfig:
         if "initial_docs" in values:
             values["initial_docs"] = tuple(int(v) for v in values["initial_docs"])
         config = cls(**values)
+        if config.click_rng not in ("host", "device"):
+            raise ValueError(f"sim.click_rng must be 'host' or 'device', got {config.click_rng!r}")
         if config.n_segments % config.n_updates:
             raise ValueError(f"sim.refreshes ({config.refreshes}) must be a multiple of sim.n_updates "
                              f"({config.n_updates}): models retrain at every refreshes/n_updates-th refresh")
@@ -101,6 +109,7 @@ class TrialResult:
     query_ndcg: dict[str, np.ndarray] | None = None  # final per-query "warm"/"cold" NDCG@K [n_queries]
     warmup_query: np.ndarray | None = None  # i32 [n_warm] query of every warm-up session
     final_params: object = None
+    hyper: object = None  # the member's typed hyper-parameters
 
     @property
     def warm_ndcg(self) -> float:
@@ -172,18 +181,77 @@ def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
 _init_bucket_state = jax.jit(init_bucket_state, static_argnums=2)
 
 
+def resolve_hyper(policy: Policy, hyper) -> Any:
+    """A member's typed hyper-parameters from None (the configured ones), a {name: value} dict or a ``Hyper``."""
+    if hyper is None:
+        return policy.default_hyper()
+    if isinstance(hyper, dict):
+        return policy.make_hyper(**hyper)
+    return hyper
+
+
+def _key_id(key: jax.Array) -> tuple[int, ...]:
+    return tuple(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def compiled(policy: Policy) -> dict[str, Callable]:
+    """The policy's population programs (segment, evaluation, refresh), built once per policy object and
+    kept on it, so they are freed with the policy. Shapes (members, buckets, lanes) are traced arguments:
+    one program serves every simulator and population size of the same shapes."""
+    programs = policy.__dict__.get("_ltrjax_programs")
+    if programs is None:
+        segment = functools.partial(step_lib.segment, policy)
+        evaluate = functools.partial(step_lib.evaluate_bucket, policy)
+        programs = {
+            # states are donated: the scan updates their buffers in place instead of copying them
+            "segment": jax.jit(jax.vmap(segment, in_axes=(None, 0, 0, 0, None, None, None, 0, 0)), donate_argnums=3),
+            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None))),
+            "refresh": jax.jit(jax.vmap(policy.refresh)),
+        }
+        policy.__dict__["_ltrjax_programs"] = programs
+    return programs
+
+
+def member_sharding() -> NamedSharding | None:
+    """Shards a leading member axis over all devices (None on one device)."""
+    if jax.device_count() < 2:
+        return None
+    return NamedSharding(Mesh(np.asarray(jax.devices()), ("members",)), PartitionSpec("members"))
+
+
+def physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
 class Simulator:
-    """Runs trials of one dataset and click model; compiled functions are cached per policy."""
+    """Runs populations of one dataset and click model.
+
+    ``max_members`` caps how many members one compiled program advances at once (a population is
+    split into chunks of at most that many); by default the chunk is as large as fits into
+    ``memory_budget`` bytes (a quarter of the machine's memory), estimated from the state and
+    per-segment sizes.
+    """
 
     def __init__(self, data: PaddedDataset, click_model: click_lib.ClickModel, config: SimConfig,
-                 warmup_policy: Policy | None = None):
+                 warmup_policy: Policy | None = None, max_members: int | None = None,
+                 memory_budget: int | None = None):
         if click_model.n_positions < config.top_k:
             raise ValueError(f"click model has {click_model.n_positions} positions, top_k is {config.top_k}")
+        if max_members is not None and int(max_members) < 1:
+            raise ValueError(f"max_members must be >= 1, got {max_members}")
         self.data = data
         self.click_model = click_model
         self.config = config
         self.warmup_policy = warmup_policy
+        self.max_members = None if max_members is None else int(max_members)
+        self.memory_budget = int(memory_budget) if memory_budget else physical_memory() // 4
         self.discount = ndcg_discount(config, click_model)
+        self.uniform_rows = 2 if click_model.kind == "cascade" else 1
+        self.protocol = step_lib.Protocol(click_model=click_model, discount=self.discount, top_k=config.top_k,
+                                          uniform_rows=self.uniform_rows, device_rng=config.click_rng == "device")
         self.gains = tuple(
             click_lib.relevance(b.labels, data.y_max, config.relevance, eps_min=config.relevance_eps_min)
             * b.doc_mask for b in data.buckets
@@ -195,127 +263,29 @@ class Simulator:
             int(np.clip(int(b.n_queries * config.lanes_per_query), min(config.min_lanes, b.n_queries),
                         config.max_lanes)) for b in data.buckets
         )
-        self.uniform_rows = 2 if click_model.kind == "cascade" else 1
         self._steps: dict[str, int] = {}
-        self._segment_fns: dict[int, Callable] = {}
-        self._eval_fns: dict[int, Callable] = {}
 
-    # ------------------------------------------------------------------ compiled pieces
-    def _segment_fn(self, policy: Policy) -> Callable:
-        if id(policy) not in self._segment_fns:
-            # bucket states are donated: the scan updates their buffers in place instead of copying them
-            self._segment_fns[id(policy)] = jax.jit(self._build_segment(policy), donate_argnums=1)
-        return self._segment_fns[id(policy)]
+    # ------------------------------------------------------------------ plans and draws
+    def init_states(self, key: jax.Array) -> list[BucketState]:
+        return [_init_bucket_state(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
+                for b, bucket in enumerate(self.data.buckets)]
 
-    def _bucket_step(self, policy: Policy, b: int) -> tuple[Callable, Callable]:
-        """(prepare, step) of one bucket: per-segment constants, and one scan step of its lanes."""
-        bucket = self.data.buckets[b]
-        cm, k_top, discount = self.click_model, self.config.top_k, self.discount
-        width = bucket.width
-        theta = cm.examination[:k_top]
-        alpha_k, beta_k = (x[:k_top] for x in click_lib.affine_terms(cm))
-        inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
-        n_docs = jnp.concatenate([bucket.n_docs, jnp.zeros((1,), jnp.int32)])
+    def session_counts(self) -> tuple[int, int]:
+        """(warm-up, main) sessions of a trial."""
+        cfg = self.config
+        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob)
+        return cfg.warmup_sessions_per_query * self.data.n_queries, n_main
 
-        def one_session(view: QueryView, gains_row, labels_row, idcg, n_docs_row, enter, session, uniforms, valid,
-                        run_key):
-            n_new = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs_row), view.n_entered)
-            view = view._replace(n_entered=n_new, issue_count=view.issue_count + valid)
-            key = policy_key(run_key, session)
-            scores = policy.session_scores(view, key)
-            shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_new, k_top)
-            clicked = click_lib.sample_clicks(cm, uniforms, gains_row[shown], labels_row[shown], slot_valid & valid)
-            ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains_row, idcg, discount)
-            record = policy.session_record(view, key, scores, shown, slot_valid & valid, clicked)
-            return n_new, shown, slot_valid & valid, clicked, ndcg, record
+    def session_plan(self, key: jax.Array) -> tuple[SessionDraws, SessionDraws]:
+        """Warm-up and main session draws of a trial."""
+        cfg = self.config
+        n_warm, n_main = self.session_counts()
+        k_warm, k_main = jax.random.split(key)
+        warm = draw_sessions(k_warm, n_warm, self.data.n_queries, 0.0, first_session=0)
+        main = draw_sessions(k_main, n_main, self.data.n_queries, cfg.entry_prob, first_session=n_warm)
+        return warm, main
 
-        def prepare(params, state: BucketState, bucket: Bucket, gains, idcg):
-            behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
-            return {
-                "aux": jax.tree_util.tree_map(lambda a: to_entry_order(a, state),
-                                              policy.prepare(params, bucket, behaviour)),
-                "hyper": policy.hyper(params),
-                "gains": to_entry_order(gains, state),
-                "labels": to_entry_order(bucket.labels, state),
-                "idcg": jnp.concatenate([idcg, jnp.zeros((1,), idcg.dtype)]),
-                "order": state.order,
-            }
-
-        def step(const, carry, xs, run_key):
-            stats, n_entered, issue_count, entry_session = carry
-            rows, enter, session, uniforms, valid = xs
-            # contiguous row gathers; XLA reads only the counter planes the policy uses
-            view = QueryView(
-                aux=jax.tree_util.tree_map(lambda a: a[rows], const["aux"]),
-                hyper=const["hyper"],
-                counters=DocCounters.unpack(stats[:, rows]),
-                n_entered=n_entered[rows],
-                issue_count=issue_count[rows],
-            )
-            view_axes = QueryView(aux=0, hyper=None, counters=0, n_entered=0, issue_count=0)
-            n_new, shown, on, clicked, ndcg, record = jax.vmap(
-                one_session, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None)
-            )(view, const["gains"][rows], const["labels"][rows], const["idcg"][rows], n_docs[rows], enter, session,
-              uniforms, valid, run_key)
-            c = clicked.astype(jnp.float32)
-            w = on.astype(jnp.float32)
-            # one scatter of all counters, in STAT_NAMES order
-            delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])
-            stats = stats.at[:, rows[:, None], shown].add(delta)
-            entered_now = n_new > view.n_entered
-            slot = jnp.maximum(n_new - 1, 0)
-            entry_session = entry_session.at[rows, slot].set(
-                jnp.where(entered_now, session, entry_session[rows, slot]))
-            n_entered = n_entered.at[rows].set(n_new)
-            issue_count = issue_count.at[rows].add(valid.astype(jnp.int32))
-            shown_docs = jnp.where(on, const["order"][rows[:, None], shown], -1)
-            return (stats, n_entered, issue_count, entry_session), (ndcg, shown_docs, clicked, record)
-
-        return prepare, step
-
-    def _build_segment(self, policy: Policy) -> Callable:
-        """One scan per segment whose every step advances the lanes of all buckets: one program per
-        policy, and per-step overhead shared by the buckets."""
-        pieces = [self._bucket_step(policy, b) for b in range(len(self.data.buckets))]
-
-        def segment(params, states, buckets, gains, idcg, schedules, run_key):
-            consts = [prep(params, st, bk, g, i) for (prep, _), st, bk, g, i in zip(pieces, states, buckets, gains, idcg)]
-
-            def step(carry, xs):
-                out = [fn(const, c, x, run_key) for (_, fn), const, c, x in zip(pieces, consts, carry, xs)]
-                return tuple(o[0] for o in out), tuple(o[1] for o in out)
-
-            carry = tuple((st.stats, st.n_entered, st.issue_count, st.entry_session) for st in states)
-            carry, ys = jax.lax.scan(step, carry, schedules)
-            new_states = tuple(st.replace(stats=c[0], n_entered=c[1], issue_count=c[2], entry_session=c[3])
-                               for st, c in zip(states, carry))
-            return new_states, ys
-
-        return segment
-
-    def _eval_fn(self, policy: Policy) -> Callable:
-        """Warm/Cold NDCG@K per query of one bucket. The bucket's arrays are arguments, not closed-over
-        constants: constants would be embedded into the program (minutes of compilation and a copy of the
-        feature array per bucket at MSLR scale)."""
-        if id(policy) not in self._eval_fns:
-            discount, top_k = self.discount, self.config.top_k
-
-            def evaluate(params, state: BucketState, bucket: Bucket, gains, idcg):
-                counters = counters_in_dataset_order(state)
-                gains_e = to_entry_order(gains, state)[:-1]
-                entered = jnp.arange(bucket.width)[None, :] < state.n_entered[:-1, None]
-                out = []
-                for warm in (True, False):
-                    scores = to_entry_order(policy.test_scores(params, bucket, counters, warm), state)[:-1]
-                    ranking, slot_valid = metrics.top_k_ranking(scores, entered, top_k)
-                    out.append(metrics.ndcg_of_ranking(ranking, slot_valid, gains_e, idcg, discount))
-                return out[0], out[1]
-
-            self._eval_fns[id(policy)] = jax.jit(evaluate)
-        return self._eval_fns[id(policy)]
-
-    # ------------------------------------------------------------------ host-side driver
-    def plan(self, segments: list[SessionDraws], phase: str = "main") -> list[list[np.ndarray | None]]:
+    def plan(self, segments: list[SessionDraws], phase: str = "main") -> list[list[np.ndarray]]:
         """Lane schedules of every segment and bucket, padded to one step count: entry ``[step, lane]``
         is the segment-local index of the session that lane runs, or -1 when it is idle.
 
@@ -347,143 +317,222 @@ class Simulator:
                     p[b] = np.concatenate([schedule, pad])
         return plans
 
-    def run_segment(self, policy: Policy, params, states: list[BucketState], draws: SessionDraws,
-                    run_key: jax.Array, plan: list[np.ndarray | None] | None = None,
-                    ) -> tuple[list[BucketState], np.ndarray, np.ndarray, np.ndarray, object]:
-        """Simulate ``draws`` with a frozen policy; returns states and per-session NDCG, shown, clicks and
-        the policy's session records (a pytree of ``[n, ...]`` host arrays, or None)."""
-        plan = self.plan([draws], phase=f"single-{len(draws)}")[0] if plan is None else plan
+    def schedule_inputs(self, draws: SessionDraws, plan: list[np.ndarray], run_key: jax.Array
+                        ) -> tuple[list[step_lib.SessionInputs], list[tuple[np.ndarray, np.ndarray]]]:
+        """Per bucket: the scan inputs ``[steps, lanes, ...]`` of one trial's segment, and (session index of
+        every valid slot, valid mask) to put the outputs back into session order."""
         n = len(draws)
-        k_top = self.config.top_k
-        ndcg = np.zeros(n, np.float32)
-        shown = np.full((n, k_top), -1, np.int32)
-        clicked = np.zeros((n, k_top), bool)
-        uniforms = click_uniforms(run_key, int(draws.session[0]) if n else 0, n, self.uniform_rows, k_top)
-        schedules, targets = [], []
+        uniforms = None
+        if self.protocol.device_rng is False:
+            uniforms = click_uniforms(run_key, int(draws.session[0]) if n else 0, n, self.uniform_rows,
+                                      self.config.top_k)
+        inputs, targets = [], []
         for b, bucket in enumerate(self.data.buckets):
             valid = plan[b] >= 0
             idx = np.where(valid, plan[b], 0)
             rows = np.where(valid, self.data.row_of_query[draws.query[idx]], bucket.n_queries).astype(np.int32)
-            schedules.append((rows, valid & draws.enter[idx], draws.session[idx], uniforms[idx], valid))
+            inputs.append(step_lib.SessionInputs(rows=rows, enter=valid & draws.enter[idx],
+                                                 session=draws.session[idx].astype(np.int32),
+                                                 uniforms=None if uniforms is None else uniforms[idx], valid=valid))
             targets.append((idx[valid], valid))
-        new_states, ys = self._segment_fn(policy)(params, tuple(states), self.data.buckets, self.gains, self.idcg,
-                                                  tuple(schedules), run_key)
-        states = list(new_states)
-        records = None
-        for (target, valid), (nd, sh, cl, rec) in zip(targets, ys):
-            ndcg[target] = np.asarray(nd)[valid]
-            shown[target] = np.asarray(sh)[valid]
-            clicked[target] = np.asarray(cl)[valid]
-            if rec is not None:
-                if records is None:
-                    records = jax.tree_util.tree_map(lambda r: np.zeros((n,) + r.shape[2:], r.dtype), rec)
-                jax.tree_util.tree_map(lambda out, r: out.__setitem__(target, np.asarray(r)[valid]), records, rec)
-        return states, ndcg, shown, clicked, records
+        return inputs, targets
 
-    def evaluate_per_query(self, policy: Policy, params, states: list[BucketState]) -> dict[str, np.ndarray]:
-        """Warm/Cold NDCG@K of the deterministic ranker over entered documents, per global query index."""
-        out = {name: np.zeros(self.data.n_queries, np.float32) for name in ("warm", "cold")}
+    # ------------------------------------------------------------------ memory
+    def member_bytes(self) -> int:
+        """A rough upper bound of the memory one member needs (state, one segment's inputs and outputs)."""
+        k = self.config.top_k
+        n_main = self.session_counts()[1]
+        per_segment = n_main / max(self.config.n_segments, 1)
+        state = sum(b.n_queries * b.width * (len(STAT_NAMES) + 3) * 4 for b in self.data.buckets)
+        steps = max(self._steps.get("main", 0), int(per_segment / max(sum(self.n_lanes), 1)) + 1)
+        segment = sum(steps * lanes * (4 * self.uniform_rows * k + 16 + 4 + 5 * k) for lanes in self.n_lanes)
+        return int(3 * (state + segment) + 64 * per_segment)
+
+    def chunk_size(self, n_members: int, max_members: int | None = None) -> int:
+        cap = max_members or self.max_members or n_members
+        fits = max(1, self.memory_budget // max(self.member_bytes(), 1))
+        return int(max(1, min(n_members, cap, fits)))
+
+    # ------------------------------------------------------------------ running
+    def run(self, policy: Policy, key: jax.Array, *, hyper=None, progress: bool = True,
+            keep_logs: bool = False) -> TrialResult:
+        """One trial of ``policy`` (a population of one member)."""
+        return self.run_population(policy, [key], [hyper], progress=progress, keep_logs=keep_logs)[0]
+
+    def run_population(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None, *,
+                       progress: bool = True, keep_logs: bool = False, max_members: int | None = None
+                       ) -> list[TrialResult]:
+        """Run every member ``(keys[i], hypers[i])`` of ``policy``; members with equal keys share their trial's
+        session plan and click draws. ``hypers[i]`` is None (the configured values), a {name: value} dict
+        or a ``policy.Hyper``. Returns one ``TrialResult`` per member, in order; identical to running the
+        members one by one. Populations larger than ``chunk_size`` run chunk by chunk."""
+        keys = list(keys)
+        hypers = [resolve_hyper(policy, h) for h in (list(hypers) if hypers is not None else [None] * len(keys))]
+        if len(hypers) != len(keys):
+            raise ValueError(f"{len(keys)} keys but {len(hypers)} hyper-parameter sets")
+        size = self.chunk_size(len(keys), max_members)
+        results = []
+        for start in range(0, len(keys), size):
+            results += self._run_members(policy, keys[start:start + size], hypers[start:start + size], progress,
+                                         keep_logs)
+        return results
+
+    def _shard(self, tree):
+        sharding = member_sharding()
+        return tree if sharding is None else jax.device_put(tree, sharding)
+
+    def _simulate(self, policy: Policy, params, hyper, states, draws: list[SessionDraws], plans: list,
+                  run_keys: list[jax.Array], trial_of: np.ndarray):
+        """One segment of every member (``draws``/``plans``/``run_keys`` per trial); returns states and per
+        member NDCG ``[P, n]``, shown ``[P, n, K]``, clicks and session records (leaves ``[P, n, ...]``)."""
+        n_members, n, k_top = len(trial_of), len(draws[0]), self.config.top_k
+        per_trial = [self.schedule_inputs(d, p, k) for d, p, k in zip(draws, plans, run_keys)]
+        schedules = tuple(
+            jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
+            for b in range(len(self.data.buckets)))
+        keys = jnp.stack([run_keys[t] for t in trial_of])
+        states, ys = compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
+                                                 self.data.buckets, self.gains, self.idcg, self._shard(schedules),
+                                                 self._shard(keys))
+        ndcg = np.zeros((n_members, n), np.float32)
+        shown = np.full((n_members, n, k_top), -1, np.int32)
+        clicked = np.zeros((n_members, n, k_top), bool)
+        records = None
+        groups = [np.flatnonzero(trial_of == t) for t in range(len(draws))]
+        for b, out in enumerate(jax.device_get(ys)):
+            for t, rows in enumerate(groups):
+                target, valid = per_trial[t][1][b]
+                sel = (rows[:, None], target[None, :])
+                ndcg[sel] = out.ndcg[rows][:, valid]
+                shown[sel] = out.shown[rows][:, valid]
+                clicked[sel] = out.clicks[rows][:, valid]
+                if out.record is not None:
+                    if records is None:
+                        records = jax.tree_util.tree_map(
+                            lambda r: np.zeros((n_members, n) + r.shape[3:], r.dtype), out.record)
+                    jax.tree_util.tree_map(lambda acc, r: acc.__setitem__(sel, r[rows][:, valid]), records, out.record)
+        return list(states), ndcg, shown, clicked, records
+
+    def _evaluate(self, policy: Policy, params, states) -> dict[str, np.ndarray]:
+        """Warm/Cold NDCG@K per member and global query ``[P, n_queries]``."""
+        n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
+        out = {name: np.zeros((n_members, self.data.n_queries), np.float32) for name in ("warm", "cold")}
         for b, bucket in enumerate(self.data.buckets):
-            warm, cold = self._eval_fn(policy)(params, states[b], bucket, self.gains[b], self.idcg[b])
-            out["warm"][np.asarray(bucket.query_index)] = np.asarray(warm)
-            out["cold"][np.asarray(bucket.query_index)] = np.asarray(cold)
+            warm, cold = compiled(policy)["evaluate"](self.protocol, params, states[b], bucket, self.gains[b],
+                                                      self.idcg[b])
+            out["warm"][:, np.asarray(bucket.query_index)] = np.asarray(warm)
+            out["cold"][:, np.asarray(bucket.query_index)] = np.asarray(cold)
         return out
 
-    def evaluate(self, policy: Policy, params, states: list[BucketState]) -> dict[str, dict[str, float]]:
-        """Warm/Cold NDCG@K of the deterministic ranker over entered documents, mean per split."""
-        per_query = self.evaluate_per_query(policy, params, states)
-        warm, cold, split = per_query["warm"], per_query["cold"], self.data.split_of_query
-        return {name: {"warm": float(warm[split == i].mean()) if np.any(split == i) else float("nan"),
-                       "cold": float(cold[split == i].mean()) if np.any(split == i) else float("nan")}
-                for i, name in enumerate(SPLITS)}
+    def split_means(self, per_query: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+        """Mean Warm/Cold NDCG per split of one member's per-query values."""
+        split = self.data.split_of_query
+        return {name: {m: float(per_query[m][split == i].mean()) if np.any(split == i) else float("nan")
+                       for m in ("warm", "cold")} for i, name in enumerate(SPLITS)}
 
-    def init_states(self, key: jax.Array) -> list[BucketState]:
-        return [_init_bucket_state(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
-                for b, bucket in enumerate(self.data.buckets)]
+    def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
+        counters = tuple(jax.device_get(jax.vmap(counters_in_dataset_order)(s)) for s in states)
+        entered = tuple(np.asarray(jax.vmap(entered_mask)(s)) for s in states)
+        return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
-    def session_counts(self) -> tuple[int, int]:
-        """(warm-up, main) sessions of a trial."""
+    def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool
+                     ) -> list[TrialResult]:
         cfg = self.config
-        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob)
-        return cfg.warmup_sessions_per_query * self.data.n_queries, n_main
-
-    def session_plan(self, key: jax.Array) -> tuple[SessionDraws, SessionDraws]:
-        """Warm-up and main session draws of a trial."""
-        cfg = self.config
-        n_warm, n_main = self.session_counts()
-        k_warm, k_main = jax.random.split(key)
-        warm = draw_sessions(k_warm, n_warm, self.data.n_queries, 0.0, first_session=0)
-        main = draw_sessions(k_main, n_main, self.data.n_queries, cfg.entry_prob, first_session=n_warm)
-        return warm, main
-
-    def run(self, policy: Policy, key: jax.Array, *, hyper: dict | None = None, progress: bool = True,
-            keep_logs: bool = False, on_segment: Callable[[int, dict], None] | None = None) -> TrialResult:
-        """One trial of ``policy``: warm-up, then segments of sessions, evaluations and retrains."""
-        cfg = self.config
-        k_init, k_plan, k_run, k_policy, k_train = trial_keys(key)
+        n_real = len(keys)
+        n_devices = jax.device_count()
+        if n_devices > 1 and len(keys) % n_devices:  # equal shards: pad with copies of the last member
+            pad = n_devices - len(keys) % n_devices
+            keys, hypers = keys + [keys[-1]] * pad, hypers + [hypers[-1]] * pad
+        trial_index: dict[tuple, int] = {}
+        trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
+        trials = [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
         timings = {"simulate": 0.0, "train": 0.0, "evaluate": 0.0}
-        states = self.init_states(k_init)
-        params = policy.with_hyper(policy.init(k_policy, self.data), **(hyper or {}))
-        warm, main = self.session_plan(k_plan)
+        draws = [self.session_plan(t.plan) for t in trials]
+        params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
+        hyper = self._shard(stack_members(hypers))
+        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]  # [T] per bucket
 
         tic = time.perf_counter()
-        if len(warm) and self.warmup_policy is not None:
-            states, *_ = self.run_segment(self.warmup_policy, self.warmup_policy.init(k_policy, self.data),
-                                          states, warm, k_run, self.plan([warm], phase="warmup")[0])
+        warm_policy = self.warmup_policy
+        if warm_policy is not None and len(draws[0][0]):
+            every = np.arange(len(trials))
+            warm_params = stack_members([warm_policy.init(t.policy, self.data) for t in trials])
+            warm_hyper = stack_members([warm_policy.default_hyper()] * len(trials))
+            plans = self.plan([d[0] for d in draws], phase="warmup")
+            initial, *_ = self._simulate(warm_policy, warm_params, warm_hyper, initial, [d[0] for d in draws],
+                                         plans, [t.run for t in trials], every)
+        states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
         timings["simulate"] += time.perf_counter() - tic
-        train_info = []
-        if cfg.train_after_warmup and policy.trains:
-            params, info = self._update(policy, jax.random.fold_in(k_train, -1), params, states, None)
-            train_info.append(info)
 
-        points = update_points(len(main), cfg.n_segments)
+        n_members = len(keys)
+        train_info: list[list[dict]] = [[] for _ in range(n_members)]
+        member_keys = lambda fn: jnp.stack([fn(trials[t]) for t in trial_of])  # noqa: E731
+        if cfg.train_after_warmup and policy.trains:
+            params, infos = self._retrain(policy, member_keys(lambda t: jax.random.fold_in(t.train, -1)), params,
+                                          hyper, states, [None] * n_members)
+            for acc, info in zip(train_info, infos):
+                acc.append(info)
+
+        n_main = len(draws[0][1])
+        points = update_points(n_main, cfg.n_segments)
         starts = np.concatenate([[0], points[:-1] + 1])
-        segments = [main.slice(int(a), int(b)) for a, b in zip(starts, points + 1)]
-        plans = self.plan(segments)
-        n_main = len(main)
-        session_ndcg = np.zeros(n_main, np.float32)
-        logs, history, pending = [], [], []
-        k_refresh = jax.random.fold_in(k_policy, 1)
-        bar = tqdm(total=n_main, desc=f"{policy.name}", unit="sess", disable=not progress, leave=False)
-        for i, (start, stop, seg, plan) in enumerate(zip(starts, points + 1, segments, plans)):
+        segments = [[d[1].slice(int(a), int(b)) for d in draws] for a, b in zip(starts, points + 1)]
+        plans = self.plan([s for per_trial in segments for s in per_trial])
+        plans = [plans[i * len(trials):(i + 1) * len(trials)] for i in range(len(segments))]
+        session_ndcg = np.zeros((n_members, n_main), np.float32)
+        logs: list[list[SessionLog]] = [[] for _ in range(n_members)]
+        pending: list[list[SessionLog]] = [[] for _ in range(n_members)]
+        history: list[list[dict]] = [[] for _ in range(n_members)]
+        per_query = None
+        bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
+                   unit="sess", disable=not progress, leave=False)
+        for i, (start, stop) in enumerate(zip(starts, points + 1)):
             tic = time.perf_counter()
-            params = policy.refresh(jax.random.fold_in(k_refresh, i), params)
-            states, nd, shown, clicked, record = self.run_segment(policy, params, states, seg, k_run, plan)
+            params = compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
+                jax.random.fold_in(t.policy, 1), i)), params)
+            states, nd, shown, clicked, record = self._simulate(policy, params, hyper, states, segments[i], plans[i],
+                                                                [t.run for t in trials], trial_of)
             timings["simulate"] += time.perf_counter() - tic
-            session_ndcg[start:stop] = nd
+            session_ndcg[:, start:stop] = nd
             tic = time.perf_counter()
-            history.append(self.evaluate(policy, params, states))
+            per_query = self._evaluate(policy, params, states)
+            for m in range(n_members):
+                history[m].append(self.split_means({k: v[m] for k, v in per_query.items()}))
             timings["evaluate"] += time.perf_counter() - tic
-            log = SessionLog(query=seg.query, shown=shown, clicks=clicked, session=seg.session, record=record)
-            if keep_logs:
-                logs.append(log)
-            pending.append(log)
+            for m in range(n_members):
+                seg = segments[i][trial_of[m]]
+                log = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
+                                 record=None if record is None else member(record, m))
+                if keep_logs:
+                    logs[m].append(log)
+                pending[m].append(log)
             if cfg.retrains_after(i) and policy.trains:
                 tic = time.perf_counter()
-                params, info = self._update(policy, jax.random.fold_in(k_train, i), params, states,
-                                            concat_logs(pending))
+                params, infos = self._retrain(policy, member_keys(lambda t: jax.random.fold_in(t.train, i)), params,
+                                              hyper, states, [concat_logs(p) for p in pending])
+                params = self._shard(params)
                 timings["train"] += time.perf_counter() - tic
-                train_info.append(info)
+                for acc, info in zip(train_info, infos):
+                    acc.append(info)
             if cfg.retrains_after(i):
-                pending = []
-            bar.update(int(stop - start))
-            if on_segment is not None:
-                on_segment(i, history[-1])
+                pending = [[] for _ in range(n_members)]
+            bar.update(int(stop - start) * n_real)
         bar.close()
 
-        session_split = self.data.split_of_query[main.query]
-        cum = {name: metrics.cumulative_ndcg(session_ndcg[session_split == s], cfg.gamma)
-               for s, name in enumerate(SPLITS)}
-        tic = time.perf_counter()
-        query_ndcg = self.evaluate_per_query(policy, params, states)
-        timings["evaluate"] += time.perf_counter() - tic
-        return TrialResult(session_ndcg=session_ndcg, session_split=session_split, session_query=main.query,
-                           eval_points=points, eval_history=history, cum_ndcg=cum, train_info=train_info,
-                           timings=timings, final_states=tuple(states), logs=logs if keep_logs else None,
-                           query_ndcg=query_ndcg, warmup_query=warm.query if self.warmup_policy is not None
-                           else warm.query[:0], final_params=params)
-
-    def _update(self, policy: Policy, key, params, states, log):
-        counters = tuple(counters_in_dataset_order(s) for s in states)
-        entered = tuple(entered_mask(s) for s in states)
-        return policy.update(key, params, self.data, counters, entered, log)
+        results = []
+        final_states = jax.device_get(states)
+        for m in range(n_real):
+            main = draws[trial_of[m]][1]
+            split = self.data.split_of_query[main.query]
+            cum = {name: metrics.cumulative_ndcg(session_ndcg[m][split == s], cfg.gamma)
+                   for s, name in enumerate(SPLITS)}
+            warm_query = draws[trial_of[m]][0].query
+            results.append(TrialResult(
+                session_ndcg=session_ndcg[m], session_split=split, session_query=main.query, eval_points=points,
+                eval_history=history[m], cum_ndcg=cum, train_info=train_info[m],
+                timings={**timings, "members": n_real}, final_states=tuple(member(s, m) for s in final_states),
+                logs=logs[m] if keep_logs else None,
+                query_ndcg={k: v[m] for k, v in per_query.items()},
+                warmup_query=warm_query if warm_policy is not None else warm_query[:0],
+                final_params=member(jax.device_get(params), m), hyper=member(jax.device_get(hyper), m)))
+        return results

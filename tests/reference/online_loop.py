@@ -6,7 +6,9 @@ the policy scores the available documents, the top K are shown, clicks are drawn
 are updated with ``np.add.at``. It shares the simulator's random draws (initial order and
 prefix sizes, the session sequence, the click uniforms and the policy noise keys), so on the
 same inputs the two must agree exactly. Policies are scored by a callback
-``score_fn(i, q, docs, counters) -> scores`` written in NumPy by each test.
+``score_fn(i, q, docs, counters) -> scores`` written in NumPy by each test; a whole trial
+(``run_reference``) builds one per segment from the frozen parameters and the member's typed
+hyper-parameters (``inputs["hyper"]``) and retrains through ``update_one`` (a population of one).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import pytest
 
 from ltrjax.clicks import relevance
 from ltrjax.metrics import ideal_dcg
-from ltrjax.online.policies.base import SessionLog
+from ltrjax.online.policies.base import SessionLog, update_one
 from ltrjax.online.schedule import update_points
-from ltrjax.online.simulator import SPLITS, click_uniforms, policy_key, trial_keys
+from ltrjax.online.simulator import SPLITS, click_uniforms, policy_key, resolve_hyper, trial_keys
 from ltrjax.online.state import STAT_NAMES as COUNTER_NAMES
 from ltrjax.online.state import DocCounters
 
@@ -93,11 +95,12 @@ def random_k_scorer(run_key, draws, widths):
     return lambda i, q, docs, counters: shared_policy_noise(run_key, int(draws.session[i]), widths[q])[: len(docs)]
 
 
-def ebrank_scorer(params, beta, features):
-    """R_hat + epsilon MC with the exposure statistic, alpha = softplus(x w + b) + 1e-4, in NumPy."""
+def ebrank_scorer(params, hyper, beta, features):
+    """R_hat + epsilon MC with the exposure statistic, alpha = softplus(x w + b) + 1e-4, in NumPy
+    (epsilon from the typed ``EBRankHyper``)."""
     dense = params["prior"]["params"]["MLPScorer_0"]["Dense_0"]
     kernel, bias = np.asarray(dense["kernel"])[:, 0], np.asarray(dense["bias"])[0]
-    beta, epsilon = np.float32(beta), np.float32(params["epsilon"])
+    beta, epsilon = np.float32(beta), np.float32(hyper.epsilon)
 
     def score(i, q, docs, c):
         alpha = np.logaddexp(np.float32(0), features[q][docs] @ kernel + bias).astype(np.float32) + np.float32(1e-4)
@@ -135,7 +138,7 @@ def reference_state(data, states) -> ReferenceState:
 
 
 def dataset_order_counters(data, ref: ReferenceState):
-    """The reference's counters as the simulator hands them to ``Policy.update``."""
+    """The reference's counters as the simulator hands them to ``Policy.update_population`` (one member)."""
     counters, entered = [], []
     for bucket in data.buckets:
         arrays = {name: np.zeros(bucket.labels.shape, np.float32) for name in COUNTER_NAMES}
@@ -211,17 +214,21 @@ def assert_matches_reference(sim, result, reference):
 
 
 def run_reference(sim, policy, key, make_scorer, hyper=None):
-    """A whole trial (BM25 warm-up, segments, retrains through ``policy.update``) one session at a time.
+    """A whole trial (BM25 warm-up, segments, retrains through ``update_one``) one session at a time.
 
-    ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the policy for a segment;
-    ``inputs["behaviour"]`` holds the counters as of the segment start (``behaviour_snapshot``).
+    ``hyper`` is what ``Simulator.run`` takes (None, a {name: value} dict or a ``policy.Hyper``), resolved
+    by ``resolve_hyper``. ``make_scorer(params, draws, inputs)`` returns the NumPy ``score_fn`` of the
+    policy for a segment; ``inputs["hyper"]`` holds the member's typed hyper-parameters and
+    ``inputs["behaviour"]`` the counters as of the segment start (``behaviour_snapshot``).
     Segments are the refreshes of ``sim.config``; the policy retrains where the simulator does, with a
     log (no session records) of the sessions since its last retrain.
     Returns the reference state, per-session NDCG, shown, clicks, session splits and retrain count.
     """
     data = sim.data
     keys, main, inputs, ref, common, uniforms = reference_warmup(sim, key)
-    params = policy.with_hyper(policy.init(keys.policy, data), **(hyper or {}))
+    hyper = resolve_hyper(policy, hyper)
+    inputs["hyper"] = hyper
+    params = policy.init(keys.policy, data)
     points = update_points(len(main), sim.config.n_segments)
     starts = np.concatenate([[0], points[:-1] + 1])
     outputs, n_updates, since = [], 0, int(starts[0])
@@ -237,7 +244,8 @@ def run_reference(sim, policy, key, make_scorer, hyper=None):
             _, shown, clicked = (np.concatenate(x) for x in zip(*outputs))
             log = SessionLog(query=done.query, shown=shown[since - int(starts[0]):], clicks=clicked[since - int(starts[0]):],
                              session=done.session)
-            params, info = policy.update(jax.random.fold_in(keys.train, i), params, data, counters, entered, log)
+            params, info = update_one(policy, jax.random.fold_in(keys.train, i), params, hyper, data, counters,
+                                      entered, log)
             n_updates += not info.get("skipped", False)
         if sim.config.retrains_after(i):
             since = int(b)

@@ -14,15 +14,25 @@ retrain at every ``refreshes / n_updates``-th of them (``sim.n_updates``; both p
 
 Arrays handed to ``session_scores`` are one query's rows in entry order; everything else is
 ``[Qb, Db]`` in dataset order. A policy is an immutable Python object holding its static
-hyper-parameters; its learnable state is the ``params`` pytree it returns from ``init``.
+hyper-parameters; its learnable state is the ``params`` pytree it returns from ``init``; its traced
+hyper-parameters (exploration strengths, learning rates: what a validation grid sweeps) are a typed
+pytree ``Policy.Hyper`` (a ``flax.struct`` dataclass, the way gymnax passes ``EnvParams``), which a
+population of members stacks along a leading axis.
+
+Retraining is population-wise: ``update_population`` gets every member's parameters, counters and
+log with a leading member axis and may train them all in one vmapped fit; the default calls
+``update`` member by member, so a simple policy only writes ``update``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from flax import struct
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.online.state import DocCounters
@@ -35,7 +45,8 @@ class QueryView(NamedTuple):
     """What a policy may read about one query inside the session scan."""
 
     aux: Aux  # the policy's own per-document values from ``prepare`` (entry order) [Db]
-    hyper: Any  # the policy's traced hyper-parameters (``Policy.hyper``), e.g. exploration strength
+    hyper: Any  # the policy's typed hyper-parameters (``Policy.Hyper``), e.g. exploration strength
+    params: Params  # the policy's parameters, frozen for the segment
     counters: DocCounters  # live counters [Db]
     n_entered: jax.Array  # i32 []
     issue_count: jax.Array  # i32 [] including the current session
@@ -51,24 +62,43 @@ class SessionLog(NamedTuple):
     record: Any = None  # the policy's ``session_record`` pytree, leaves with leading axis n (None: none)
 
 
+@struct.dataclass
+class NoHyper:
+    """The hyper-parameters of a policy that has none."""
+
+
+def member(tree, i: int):
+    """Member ``i`` of a pytree with a leading member axis."""
+    return jax.tree_util.tree_map(lambda a: a[i], tree)
+
+
+def stack_members(trees):
+    """Stack a sequence of equally shaped pytrees along a new leading member axis."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+
+
 class Policy:
     """Base class: a deterministic scorer with no learning. Subclasses override what they need."""
 
     name: str = "policy"
     trains: bool = False
+    Hyper: type = NoHyper  # the typed traced hyper-parameters
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()
 
-    def hyper(self, params: Params) -> Any:
-        """Scalar hyper-parameters read inside the session scan; traced, so a grid compiles once."""
-        return ()
+    def default_hyper(self) -> Any:
+        """The hyper-parameters of the policy's configuration (``Hyper`` with the configured values)."""
+        return self.Hyper()
 
-    def with_hyper(self, params: Params, **values) -> Params:
-        """``params`` with hyper-parameters replaced (for validation grids)."""
-        if values:
-            raise ValueError(f"{self.name} has no tunable hyper-parameters {sorted(values)}")
-        return params
+    def make_hyper(self, **values) -> Any:
+        """``default_hyper()`` with some fields replaced (validation grids); unknown names are refused."""
+        fields = {f.name for f in dataclasses.fields(self.Hyper)}
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise ValueError(f"{self.name} has no tunable hyper-parameters {unknown}; it has "
+                             f"{sorted(fields) or 'none'}")
+        return self.default_hyper().replace(**{k: jnp.float32(v) for k, v in values.items()})
 
     def refresh(self, key: jax.Array, params: Params) -> Params:
         """Called before every segment (a behaviour refresh), e.g. to redraw MC-dropout masks."""
@@ -105,8 +135,27 @@ class Policy:
         """Deterministic scores ``[Qb, Db]`` for offline evaluation, with or without behaviour."""
         return self.prepare(params, bucket, counters)
 
-    def update(self, key: jax.Array, params: Params, data: PaddedDataset, counters: tuple[DocCounters, ...],
-               entered: tuple[jax.Array, ...], log: SessionLog | None) -> tuple[Params, dict]:
-        """Retrain at a retrain point from dataset-order counters of every bucket and the log of all
-        sessions since the previous retrain; returns (params, info)."""
+    def update(self, key: jax.Array, params: Params, hyper: Any, data: PaddedDataset,
+               counters: tuple[DocCounters, ...], entered: tuple[jax.Array, ...],
+               log: SessionLog | None) -> tuple[Params, dict]:
+        """Retrain one member at a retrain point from dataset-order counters of every bucket and the log of
+        all sessions since the previous retrain; returns (params, info)."""
         return params, {}
+
+    def update_population(self, keys: jax.Array, params: Params, hyper: Any, data: PaddedDataset,
+                          counters: tuple[DocCounters, ...], entered: tuple[jax.Array, ...],
+                          logs: list[SessionLog | None]) -> tuple[Params, list[dict]]:
+        """Retrain every member: ``keys``, ``params``, ``hyper``, ``counters`` and ``entered`` carry a
+        leading member axis, ``logs`` is one log per member. The default retrains member by member with
+        ``update``; trainers override it with one vmapped fit (``ltrjax.models.train.fit_members``)."""
+        out = [self.update(keys[i], member(params, i), member(hyper, i), data, member(counters, i),
+                           member(entered, i), logs[i]) for i in range(len(logs))]
+        return stack_members([o[0] for o in out]), [o[1] for o in out]
+
+
+def update_one(policy: Policy, key, params, hyper, data, counters, entered, log) -> tuple[Params, dict]:
+    """Retrain a single member through ``update_population`` (a population of one)."""
+    one = lambda tree: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], tree)  # noqa: E731
+    new, infos = policy.update_population(jnp.asarray(key)[None], one(params), one(hyper), data, one(counters),
+                                          one(entered), [log])
+    return member(new, 0), infos[0]

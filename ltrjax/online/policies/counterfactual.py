@@ -36,12 +36,13 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import MLPScorer
-from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
+from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
-from ltrjax.online.policies.base import Policy, QueryView
+from ltrjax.online.policies.base import Policy, QueryView, member
 from ltrjax.online.state import STAT_NAMES, DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
 from ltrjax.online.training_data import collect_documents, split_capacity
@@ -124,12 +125,18 @@ def fit_examples(features: np.ndarray, target) -> dict:
     return {"features": np.asarray(features, np.float32), "target": np.asarray(target, np.float32)}
 
 
+@struct.dataclass
+class CFHyper:
+    epsilon: jax.Array = 0.0  # CFEpsilon's noise scale
+
+
 class CounterfactualL2(Policy):
     """A linear model trained with the CF L2 loss; ``serving`` picks Top-K, Random-K or epsilon-noise."""
 
     name = "cf"
     trains = True
     serving = "topk"
+    Hyper = CFHyper
 
     def __init__(self, data: PaddedDataset, setting: str = "wo_behav", behaviour: str = "cn",
                  epsilon: float = 0.0, leaky_output: bool = True, hidden: Sequence[int] = (),
@@ -151,18 +158,18 @@ class CounterfactualL2(Policy):
         self.n_features = data.n_features
         self.model = LinearL2Model(data.n_features, self.setting == "concat", hidden, leaky_output)
         self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, **dict(fit or {})})
-        self._fit = make_fit(self.model.loss, self.fit_config)
+        self._fit = MemberFit(self.model.loss, self.fit_config)
 
     # -- parameters
     def init(self, key, data: PaddedDataset):
-        return {"model": self.model.init(key), "epsilon": jnp.float32(self.epsilon)}
+        return {"model": self.model.init(key)}
 
-    def hyper(self, params):
-        return {"epsilon": params["epsilon"], "w_b": self.model.behaviour_weight(params["model"])}
+    def default_hyper(self):
+        return CFHyper(epsilon=jnp.float32(self.epsilon))
 
-    def with_hyper(self, params, epsilon=None, **rest):
-        super().with_hyper(params, **rest)
-        return params if epsilon is None else {**params, "epsilon": jnp.float32(epsilon)}
+    def w_b(self, params):
+        """The weight of the behaviour feature (0 without it)."""
+        return self.model.behaviour_weight(params["model"])
 
     # -- features
     def x_b(self, counters: DocCounters):
@@ -173,10 +180,10 @@ class CounterfactualL2(Policy):
         return self.model.base(params["model"], bucket.features)
 
     # -- ranking
-    def doc_scores(self, base, counters: DocCounters, hyper):
-        """f with the live behaviour feature (no exploration noise)."""
+    def doc_scores(self, base, counters: DocCounters, w_b):
+        """f with the live behaviour feature (no exploration noise); ``w_b`` from ``self.w_b(params)``."""
         if self.setting == "concat":
-            return self.model.combine(base, hyper["w_b"], self.x_b(counters))
+            return self.model.combine(base, w_b, self.x_b(counters))
         if self.setting == "ie":
             return behav.independent_evidence(self.model.activate(base), counters, self.behaviour,
                                                   self.ctr_prior_count)
@@ -185,15 +192,15 @@ class CounterfactualL2(Policy):
     def session_scores(self, view: QueryView, key):
         if self.serving == "randomk":
             return jax.random.uniform(key, view.counters.clicks.shape)
-        scores = self.doc_scores(view.aux, view.counters, view.hyper)
+        scores = self.doc_scores(view.aux, view.counters, self.w_b(view.params))
         if self.serving == "epsilon":
-            scores = scores + view.hyper["epsilon"] * jax.random.uniform(key, scores.shape)
+            scores = scores + view.hyper.epsilon * jax.random.uniform(key, scores.shape)
         return scores
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
         base = self.prepare(params, bucket)
         if warm:
-            return self.doc_scores(base, counters, self.hyper(params))
+            return self.doc_scores(base, counters, self.w_b(params))
         if self.setting == "concat":  # x_b as for a document never shown
             unseen = behav.unseen_value(self.behaviour)
             return self.model.combine(base, self.model.behaviour_weight(params["model"]), unseen)
@@ -213,12 +220,14 @@ class CounterfactualL2(Policy):
             x = np.concatenate([x, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
         return fit_examples(x, regression_target(self.target, counters))
 
-    def update(self, key, params, data, counters, entered, log):
-        train = self.examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
-        val = self.examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
-        model, info = fit_early_stopped(self._fit, self.fit_config, params["model"], train, val, key, self.name,
-                                        (split_capacity(data, TRAIN), split_capacity(data, VALI)))
-        return {**params, "model": model}, info
+    def update_population(self, keys, params, hyper, data, counters, entered, logs):
+        """Every member's model in one vmapped fit on its own documents."""
+        sets = [[self.examples(collect_documents(data, member(counters, i), member(entered, i), split,
+                                                 self.min_impressions)) for split in (TRAIN, VALI)]
+                for i in range(len(logs))]
+        model, infos = fit_members(self._fit, params["model"], [s[0] for s in sets], [s[1] for s in sets], keys,
+                                   self.name, (split_capacity(data, TRAIN), split_capacity(data, VALI)))
+        return {**params, "model": model}, infos
 
 
 class CFTopK(CounterfactualL2):

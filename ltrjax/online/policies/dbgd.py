@@ -100,7 +100,7 @@ class MGD(LinearOnlineLearner):
     def ranker_scores(self, view: QueryView, k_dir: jax.Array) -> jax.Array:
         """``[R, D]``: the logging ranker's scores, then each candidate's s + delta u_j . x."""
         u = self.directions(k_dir)
-        s0 = self.logging_scores(view.aux["base"], view.counters, view.hyper)
+        s0 = self.logging_scores(view.aux["base"], view.counters, self.w_b(view.params))
         proj = view.aux["features"] @ u[:, : self.n_nb].T  # [D, n]
         if self.concat:
             proj = proj + self.x_b(view.counters)[:, None] * u[None, :, self.n_nb]
@@ -166,14 +166,14 @@ class MGD(LinearOnlineLearner):
         acc, _ = jax.lax.scan(body, jnp.zeros((self.n_in,), jnp.float32), xs)
         return acc
 
-    def update(self, key, params, data: PaddedDataset, counters, entered, log):
+    def update(self, key, params, hyper, data: PaddedDataset, counters, entered, log):
         """w_log + sum_t eta_t delta mean_{j in W_t} u_{t,j} over the sessions since the last retrain."""
         if log is None or log.record is None or len(log.query) == 0:
             return params, {"skipped": True}
         query = np.asarray(log.query)
         win = np.asarray(log.record["win"], bool)
         n_win = win.sum(axis=1)
-        eta = self.step_sizes(params, data, query, n_win > 0)
+        eta = self.step_sizes(hyper, data, query, n_win > 0)
         weights = (eta * self.delta / np.maximum(n_win, 1))[:, None] * win
         sel = np.flatnonzero(eta > 0)
         step = np.zeros(self.n_in, np.float64)

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 from jax.scipy.special import betaln
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import BetaPrior
-from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
-from ltrjax.online.policies.base import Policy
+from ltrjax.models.train import FitConfig, MemberFit, fit_members
+from ltrjax.online.policies.base import Policy, member
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
 from ltrjax.online.training_data import collect_documents, split_capacity
@@ -65,9 +67,15 @@ def prior_nll(alpha, beta, c, n, clamp: float):
     return betaln(alpha, beta) - betaln(c + alpha, b_post)
 
 
+@struct.dataclass
+class EBRankHyper:
+    epsilon: jax.Array = 20.0  # exploration strength (Eq. 13)
+
+
 class EBRank(Policy):
     name = "ebrank"
     trains = True
+    Hyper = EBRankHyper
 
     def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: float = 5.0,
                  statistic: str = "exposure", hidden: Sequence[int] = (), min_impressions: float = 20,
@@ -83,19 +91,14 @@ class EBRank(Policy):
         self.n_features = data.n_features
         self.model = BetaPrior(hidden=tuple(hidden), n_features=data.n_features)
         self.fit_config = FitConfig.from_mapping(fit or DEFAULT_FIT)
-        self._fit = make_fit(self._loss, self.fit_config)
+        self._fit = MemberFit(self._loss, self.fit_config)
 
     # -- model
     def init(self, key, data: PaddedDataset):
-        prior = self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))
-        return {"prior": prior, "epsilon": jnp.float32(self.epsilon)}
+        return {"prior": self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))}
 
-    def hyper(self, params):
-        return params["epsilon"]
-
-    def with_hyper(self, params, epsilon=None, **rest):
-        super().with_hyper(params, **rest)
-        return params if epsilon is None else {**params, "epsilon": jnp.float32(epsilon)}
+    def default_hyper(self):
+        return EBRankHyper(epsilon=jnp.float32(self.epsilon))
 
     def alpha(self, params, features):
         return self.model.apply(params["prior"], features)
@@ -108,10 +111,10 @@ class EBRank(Policy):
                                counters.exposure)
 
     # -- ranking
-    def doc_scores(self, alpha, counters: DocCounters, epsilon):
+    def doc_scores(self, alpha, counters: DocCounters, hyper: EBRankHyper):
         c, n, e = self._stats(counters)
         r_hat = posterior_mean(alpha, self.beta, c, n)
-        return r_hat + epsilon * marginal_certainty(r_hat, alpha, self.beta, e)
+        return r_hat + hyper.epsilon * marginal_certainty(r_hat, alpha, self.beta, e)
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
         alpha = self.prepare(params, bucket)
@@ -131,15 +134,18 @@ class EBRank(Policy):
         return {"features": docs["features"].astype(np.float32), "c": c.astype(np.float32),
                 "n": n.astype(np.float32)}
 
-    def update(self, key, params, data, counters, entered, log):
-        train = self._examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
-        val = self._examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
+    def update_population(self, keys, params, hyper, data, counters, entered, logs):
+        """Every member's prior in one vmapped fit, on its own training/validation documents (Eq. 14)."""
+        sets = [[self._examples(collect_documents(data, member(counters, i), member(entered, i), split,
+                                                  self.min_impressions)) for split in (TRAIN, VALI)]
+                for i in range(len(logs))]
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
-        prior, info = fit_early_stopped(self._fit, self.fit_config, params["prior"], train, val, key, self.name,
-                                        capacity)
-        if not info.get("skipped"):
-            info["clamped_fraction"] = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))
-        return {**params, "prior": prior}, info
+        prior, infos = fit_members(self._fit, params["prior"], [s[0] for s in sets], [s[1] for s in sets], keys,
+                                   self.name, capacity)
+        for (train, _), info in zip(sets, infos):
+            if not info.get("skipped"):
+                info["clamped_fraction"] = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))
+        return {**params, "prior": prior}, infos
 
 
 class EBRankOnlyPrior(EBRank):
@@ -147,7 +153,7 @@ class EBRankOnlyPrior(EBRank):
 
     name = "ebrank_only_prior"
 
-    def doc_scores(self, alpha, counters, epsilon):
+    def doc_scores(self, alpha, counters, hyper):
         return alpha / (alpha + self.beta)
 
     def test_scores(self, params, bucket, counters, warm):

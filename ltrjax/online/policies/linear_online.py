@@ -14,6 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.data.queryset import TRAIN
@@ -52,6 +53,11 @@ def weighted_feature_sum(features: jax.Array, rows: jax.Array, shown: jax.Array,
     return acc
 
 
+@struct.dataclass
+class LinearOnlineHyper:
+    learning_rate: jax.Array = 0.1  # eta_0 of the §3.6 step sizes
+
+
 class LinearOnlineLearner(Policy):
     """A linear scorer s = w . x under the §3.6 logging/learning protocol: shared by PDGD and DBGD/MGD.
 
@@ -60,6 +66,7 @@ class LinearOnlineLearner(Policy):
     """
 
     trains = True
+    Hyper = LinearOnlineHyper
 
     def __init__(self, data: PaddedDataset, setting: str = "wo_behav", behaviour: str = "cn",
                  learning_rate: float = 0.1, decay: float = 0.9999, init: str = "uniform", all_splits: bool = False,
@@ -85,14 +92,14 @@ class LinearOnlineLearner(Policy):
     def init(self, key, data: PaddedDataset):
         w = (jax.random.uniform(key, (self.n_in,), jnp.float32) if self.init_mode == "uniform"
              else jnp.zeros((self.n_in,), jnp.float32))
-        return {"w": w, "learning_rate": jnp.float32(self.learning_rate)}
+        return {"w": w}
 
-    def hyper(self, params):
-        return {"w_b": params["w"][self.n_nb] if self.concat else jnp.float32(0.0)}
+    def default_hyper(self):
+        return LinearOnlineHyper(learning_rate=jnp.float32(self.learning_rate))
 
-    def with_hyper(self, params, learning_rate=None, **rest):
-        super().with_hyper(params, **rest)
-        return params if learning_rate is None else {**params, "learning_rate": jnp.float32(learning_rate)}
+    def w_b(self, params):
+        """The weight of the behaviour feature (0 without it)."""
+        return params["w"][self.n_nb] if self.concat else jnp.float32(0.0)
 
     # -- scores
     def x_b(self, counters: DocCounters) -> jax.Array:
@@ -102,9 +109,9 @@ class LinearOnlineLearner(Policy):
         """w_nb . x_nb ``[...]`` (the model without its x_b term)."""
         return features @ params["w"][: self.n_nb]
 
-    def logging_scores(self, base: jax.Array, counters: DocCounters, hyper) -> jax.Array:
+    def logging_scores(self, base: jax.Array, counters: DocCounters, w_b) -> jax.Array:
         """s = w_nb . x_nb + w_b x_b with the live x_b (concat), else the base."""
-        return base + hyper["w_b"] * self.x_b(counters) if self.concat else base
+        return base + w_b * self.x_b(counters) if self.concat else base
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
         base = self.base(params, bucket.features)
@@ -119,11 +126,11 @@ class LinearOnlineLearner(Policy):
         query = np.asarray(query)
         return np.ones(query.shape, bool) if self.all_splits else data.split_of_query[query] == TRAIN
 
-    def step_sizes(self, params, data: PaddedDataset, query: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    def step_sizes(self, hyper, data: PaddedDataset, query: np.ndarray, updates: np.ndarray) -> np.ndarray:
         """eta_t ``[n]`` (float64, 0 where no update happens): lr * decay^(earlier updates since the retrain)."""
         active = np.asarray(updates, bool) & self.training_sessions(data, query)
         earlier = np.cumsum(active) - active
-        return np.where(active, float(params["learning_rate"]) * self.decay ** earlier.astype(np.float64), 0.0)
+        return np.where(active, float(hyper.learning_rate) * self.decay ** earlier.astype(np.float64), 0.0)
 
     @staticmethod
     def update_info(eta: np.ndarray, step: np.ndarray, n_train: int) -> dict:

@@ -55,24 +55,24 @@ class PDGD(LinearOnlineLearner):
 
     def session_scores(self, view: QueryView, key):
         """Logging scores + Gumbel noise: the top K is a Plackett–Luce sample (§3.4 step 1)."""
-        return pl.gumbel_perturb(key, self.logging_scores(view.aux, view.counters, view.hyper))
+        return pl.gumbel_perturb(key, self.logging_scores(view.aux, view.counters, self.w_b(view.params)))
 
     def session_record(self, view: QueryView, key, scores, shown, slot_valid, clicked):
         """coef ``[K]`` of g = sum_i coef_i x_{shown_i} (noise-free logging scores), and x_b ``[K]`` for concat."""
-        s = self.logging_scores(view.aux, view.counters, view.hyper)
+        s = self.logging_scores(view.aux, view.counters, self.w_b(view.params))
         mask = jnp.arange(s.shape[-1]) < view.n_entered
         record = {"coef": pl.pdgd_coefficients(s, mask, shown, slot_valid, clicked & slot_valid)}
         if self.concat:
             record["x_b"] = self.x_b(view.counters)[shown]
         return record
 
-    def update(self, key, params, data: PaddedDataset, counters, entered, log):
+    def update(self, key, params, hyper, data: PaddedDataset, counters, entered, log):
         """w_log + sum_t eta_t g_t over the sessions since the last retrain (module docstring)."""
         if log is None or log.record is None or len(log.query) == 0:
             return params, {"skipped": True}
         query, shown = np.asarray(log.query), np.asarray(log.shown)
         clicks = np.asarray(log.clicks) & (shown >= 0)
-        eta = self.step_sizes(params, data, query, clicks.any(axis=1))
+        eta = self.step_sizes(hyper, data, query, clicks.any(axis=1))
         weights = (eta[:, None] * np.asarray(log.record["coef"], np.float64) * (shown >= 0)).astype(np.float32)
         step = np.zeros(self.n_in, np.float64)
         bucket_of = data.bucket_of_query[query]

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.data.layout import Bucket, PaddedDataset
-from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
+from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
-from ltrjax.online.policies.base import Policy
+from ltrjax.online.policies.base import Policy, QueryView, member
 from ltrjax.online.policies.counterfactual import (
     DEFAULT_FIT,
     TARGETS,
@@ -58,16 +58,16 @@ class Prior(Policy):
         self.prior_model = LinearL2Model(data.n_features, False, (), leaky_output)  # h(x_nb)
         self.model = LinearL2Model(data.n_features, True, (), leaky_output)  # g([x_nb, x_b])
         self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, "patience": 30, **dict(fit or {})})
-        self._fit_prior = make_fit(self.prior_model.loss, self.fit_config)
-        self._fit_model = make_fit(self.model.loss, self.fit_config)
+        self._fit_prior = MemberFit(self.prior_model.loss, self.fit_config)
+        self._fit_model = MemberFit(self.model.loss, self.fit_config)
 
     # -- parameters
     def init(self, key, data: PaddedDataset):
         k_prior, k_model = jax.random.split(key)
         return {"prior": self.prior_model.init(k_prior), "model": self.model.init(k_model)}
 
-    def hyper(self, params):
-        return {"w_b": self.model.behaviour_weight(params["model"])}
+    def w_b(self, params):
+        return self.model.behaviour_weight(params["model"])
 
     # -- features
     def x_b(self, counters: DocCounters):
@@ -86,13 +86,16 @@ class Prior(Policy):
         return jnp.where(behav.shown(counters), self.x_b(counters), prior)
 
     # -- ranking
-    def doc_scores(self, aux, counters: DocCounters, hyper):
+    def doc_scores(self, aux, counters: DocCounters, w_b):
         base, prior = aux
-        return self.model.combine(base, hyper["w_b"], self.filled_x_b(prior, counters))
+        return self.model.combine(base, w_b, self.filled_x_b(prior, counters))
+
+    def session_scores(self, view: QueryView, key):
+        return self.doc_scores(view.aux, view.counters, self.w_b(view.params))
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
         aux = self.prepare(params, bucket)
-        return self.doc_scores(aux, counters, self.hyper(params)) if warm else aux[1]
+        return self.doc_scores(aux, counters, self.w_b(params)) if warm else aux[1]
 
     def linear_weights(self, params):
         """g's weight vector (x_b last), for exploitation ratios."""
@@ -106,14 +109,16 @@ class Prior(Policy):
         x_full = np.concatenate([x_nb, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
         return fit_examples(x_nb, y), fit_examples(x_full, y)
 
-    def update(self, key, params, data, counters, entered, log):
-        train_h, train_g = self._examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
-        val_h, val_g = self._examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
-        k_prior, k_model = jax.random.split(key)
+    def update_population(self, keys, params, hyper, data, counters, entered, logs):
+        """Every member's h and g, each in one vmapped fit."""
+        sets = [[self._examples(collect_documents(data, member(counters, i), member(entered, i), split,
+                                                  self.min_impressions)) for split in (TRAIN, VALI)]
+                for i in range(len(logs))]
+        split_keys = jax.vmap(jax.random.split)(keys)
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
-        prior, info_h = fit_early_stopped(self._fit_prior, self.fit_config, params["prior"], train_h, val_h,
-                                          k_prior, f"{self.name} prior", capacity)
-        model, info_g = fit_early_stopped(self._fit_model, self.fit_config, params["model"], train_g, val_g,
-                                          k_model, self.name, capacity)
-        info = {**{f"prior_{k}": v for k, v in info_h.items()}, **info_g}
-        return {"prior": prior, "model": model}, info
+        prior, info_h = fit_members(self._fit_prior, params["prior"], [t[0] for t, _ in sets], [v[0] for _, v in sets],
+                                    split_keys[:, 0], f"{self.name} prior", capacity)
+        model, info_g = fit_members(self._fit_model, params["model"], [t[1] for t, _ in sets],
+                                    [v[1] for _, v in sets], split_keys[:, 1], self.name, capacity)
+        infos = [{**{f"prior_{k}": v for k, v in h.items()}, **g} for h, g in zip(info_h, info_g)]
+        return {"prior": prior, "model": model}, infos

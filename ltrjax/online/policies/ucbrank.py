@@ -43,12 +43,13 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.mc_dropout import N_PASSES, MCDropoutMLP
-from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
+from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
-from ltrjax.online.policies.base import Policy, QueryView
+from ltrjax.online.policies.base import Policy, QueryView, member
 from ltrjax.online.policies.counterfactual import counters_of
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
@@ -70,7 +71,13 @@ def ucb_bonus(issue_count, impressions) -> jax.Array:
     return jnp.sqrt(jnp.log(t_q) / t_d)
 
 
+@struct.dataclass
+class UCBHyper:
+    exploration: jax.Array = 0.0  # lambda of Eq. 13 (UCB) or the noise scale (EpsilonRank)
+
+
 class UCBRank(Policy):
+    Hyper = UCBHyper
     """An MC-dropout MLP on Delta labels, served by Top-k, Random-k, EpsilonRank or UCB (Eq. 13)."""
 
     name = "ucbrank"
@@ -100,20 +107,15 @@ class UCBRank(Policy):
         self.model = MCDropoutMLP(data.n_features + int(self.setting == "concat"), hidden, activation, dropout,
                                   n_passes)
         self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, **dict(fit or {})})
-        self._fit = make_fit(self.model.loss, self.fit_config)
+        self._fit = MemberFit(self.model.loss, self.fit_config)
 
     # -- parameters
     def init(self, key, data: PaddedDataset):
         k_model, k_dropout = jax.random.split(key)
-        return {"model": self.model.init(k_model), "exploration": jnp.float32(self.exploration),
-                "dropout_key": k_dropout}
+        return {"model": self.model.init(k_model), "dropout_key": k_dropout}
 
-    def hyper(self, params):
-        return {"exploration": params["exploration"]}
-
-    def with_hyper(self, params, exploration=None, **rest):
-        super().with_hyper(params, **rest)
-        return params if exploration is None else {**params, "exploration": jnp.float32(exploration)}
+    def default_hyper(self):
+        return UCBHyper(exploration=jnp.float32(self.exploration))
 
     def refresh(self, key, params):
         """A new dropout key per refresh: the N MC masks are redrawn (the code re-samples per interval)."""
@@ -163,9 +165,9 @@ class UCBRank(Policy):
             return jax.random.uniform(key, view.counters.clicks.shape)
         scores = view.aux["score"]
         if self.strategy == "epsilon":
-            scores = scores + view.hyper["exploration"] * jax.random.uniform(key, scores.shape)
+            scores = scores + view.hyper.exploration * jax.random.uniform(key, scores.shape)
         elif self.strategy == "ucb":
-            scores = scores + view.hyper["exploration"] * self.exploration_scale(view.aux, view)
+            scores = scores + view.hyper.exploration * self.exploration_scale(view.aux, view)
         return scores
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
@@ -182,15 +184,20 @@ class UCBRank(Policy):
             x = np.concatenate([x, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
         return {"features": x, "target": np.asarray(behav.delta(counters), np.float32)}
 
-    def update(self, key, params, data, counters, entered, log):
-        k_fit, k_seed = jax.random.split(key)
-        train = self.examples(collect_documents(data, counters, entered, TRAIN, self.min_impressions))
-        val = self.examples(collect_documents(data, counters, entered, VALI, self.min_impressions))
-        n_val = len(val["target"])
-        if n_val == 0:  # early-stop on the (dropout-free) training loss until validation data exist
-            val = dict(train)
-        # per-example dropout seeds (mc_dropout.example_masks): their presence makes the loss use dropout
-        train["seed"] = np.asarray(jax.random.bits(k_seed, (len(train["target"]),), jnp.uint32))
-        model, info = fit_early_stopped(self._fit, self.fit_config, params["model"], train, val, k_fit, self.name,
-                                        (split_capacity(data, TRAIN), split_capacity(data, VALI)))
-        return {**params, "model": model}, {**info, "n_val": n_val}
+    def update_population(self, keys, params, hyper, data, counters, entered, logs):
+        """Every member's MLP in one vmapped fit (MSE to Delta, Eq. 8)."""
+        split_keys = jax.vmap(jax.random.split)(keys)
+        trains, vals, n_vals = [], [], []
+        for i in range(len(logs)):
+            train, val = (self.examples(collect_documents(data, member(counters, i), member(entered, i), split,
+                                                          self.min_impressions)) for split in (TRAIN, VALI))
+            n_vals.append(len(val["target"]))
+            if not n_vals[-1]:  # early-stop on the (dropout-free) training loss until validation data exist
+                val = dict(train)
+            # per-example dropout seeds (mc_dropout.example_masks): their presence makes the loss use dropout
+            train["seed"] = np.asarray(jax.random.bits(split_keys[i, 1], (len(train["target"]),), jnp.uint32))
+            trains.append(train)
+            vals.append(val)
+        model, infos = fit_members(self._fit, params["model"], trains, vals, split_keys[:, 0], self.name,
+                                   (split_capacity(data, TRAIN), split_capacity(data, VALI)))
+        return {**params, "model": model}, [{**info, "n_val": n} for info, n in zip(infos, n_vals)]

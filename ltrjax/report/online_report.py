@@ -1,6 +1,6 @@
-"""The papers' online tables: algorithms x feature settings x trials, with significance and figures.
+"""Reports of online runs: per-trial measurements, the papers' tables with significance, and figures.
 
-One run (``experiment=online_table`` or ``experiment=ucbrank_table``) writes to its output directory:
+A run (``ltrjax.runner``) writes to its output directory:
 
 - ``results.json``  one entry per row (``ALGORITHM@SETTING``; EBRank and BM25 plain), per-trial values;
   rewritten after every finished trial, and read back by a rerun into the same directory (``resume``),
@@ -16,37 +16,20 @@ One run (``experiment=online_table`` or ``experiment=ucbrank_table``) writes to 
 
 from __future__ import annotations
 
-import logging
 import re
-import time
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
-from ltrjax import stats
-from ltrjax.data.queryset import TEST, QuerySet
-from ltrjax.online import analysis, plots
-from ltrjax.online.experiment import (
-    LABELS,
-    METRICS,
-    build_simulator,
-    make_policy,
-    padded_data,
-    result_name,
-    run_header,
-    trial_key,
-    trial_record,
-    tune_grid,
-    tuned_trial,
-)
+from ltrjax.data.queryset import TEST
 from ltrjax.online.simulator import Simulator, TrialResult
 from ltrjax.online.state import entered_mask, to_dataset_order
-from ltrjax.online.table import exploitation_ratio_markdown, online_table_markdown
-from ltrjax.results import ResultsWriter, atomic_write
+from ltrjax.report import analysis, plots, stats
+from ltrjax.report.tables import exploitation_ratio_markdown, online_table_markdown
+from ltrjax.report.results import atomic_write
 
-log = logging.getLogger("ltrjax")
+METRICS = ("cum_ndcg", "warm_ndcg", "cold_ndcg")
+LABELS = {"cum_ndcg": "Cum-NDCG@5", "warm_ndcg": "Warm-NDCG@5", "cold_ndcg": "Cold-NDCG@5"}
 TABLE_METRICS = ("cold_ndcg", "warm_ndcg", "cum_ndcg")  # EBRank Table 3 column order
 
 
@@ -97,61 +80,16 @@ def save_units(path: Path, sim: Simulator, result: TrialResult) -> None:
     tmp.replace(path)
 
 
-# --------------------------------------------------------------------------- the runs
-class TableRun:
-    """Runs (or resumes) every algorithm x trial of one protocol into one output directory."""
-
-    def __init__(self, cfg: DictConfig, out_dir: Path, sim: Simulator, header: dict, algorithms: dict,
-                 trials: int, label: str):
-        self.cfg, self.out_dir, self.sim, self.trials, self.label = cfg, Path(out_dir), sim, int(trials), label
-        self.algorithms = algorithms
-        ecfg = cfg.experiment
-        self.tune = bool(ecfg.get("tune", True))
-        self.tune_split = str(ecfg.get("tune_split", "vali"))
-        self.n_points = int(ecfg.get("curve_points", 100))
-        self.entry_bins = int(ecfg.get("entry_bins", 10))
-        self.progress = bool(cfg.get("progress", True))
-        self.writer = ResultsWriter(self.out_dir, header, METRICS)
-        if bool(ecfg.get("resume", True)):
-            n = self.writer.resume()
-            if n:
-                log.info("%s: resuming, %d finished trials found in %s", label, n, self.out_dir / "results.json")
-
-    def units_path(self, name: str, trial: int) -> Path:
-        return self.out_dir / "arrays" / safe_name(name) / f"trial{trial}.npz"
-
-    def run(self) -> ResultsWriter:
-        todo = [(key, trial) for key in self.algorithms for trial in range(self.trials)
-                if not (self.writer.has_trial(result_name(key, self.algorithms[key]), trial)
-                        and self.units_path(result_name(key, self.algorithms[key]), trial).exists())]
-        bar = tqdm(total=len(todo), desc=self.label, unit="trial", disable=not self.progress)
-        policies = {}
-        for key, trial in todo:
-            acfg = self.algorithms[key]
-            name = result_name(key, acfg)
-            if key not in policies:
-                policies[key] = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
-            policy, tune = policies[key]
-            grid = tune_grid(tune if self.tune else None)
-            tic = time.perf_counter()
-            best, chosen, scores = tuned_trial(self.sim, policy, grid, trial_key(self.cfg, trial), self.tune_split,
-                                               progress=self.progress)
-            record = trial_record(best, trial, chosen, self.n_points, scores if len(grid) > 1 else {})
-            record["wall_seconds"] = time.perf_counter() - tic
-            record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
-            record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
-            save_units(self.units_path(name, trial), self.sim, best)
-            self.writer.add_trial(name, record)
-            bar.update(1)
-            log.info("%s %-24s trial %d: Cum %.2f  Warm %.4f  Cold %.4f  %s(%.1f s)", self.label, name, trial,
-                     record["cum_ndcg"], record["warm_ndcg"], record["cold_ndcg"],
-                     f"chosen {chosen} " if chosen else "", record["wall_seconds"])
-        bar.close()
-        return self.writer
+# --------------------------------------------------------------------------- the reports
+def write_simple_report(run, title: str, wall: float) -> str:
+    """``results.md`` (mean ± std per algorithm) and ``ndcg_over_time.png`` of the default comparison."""
+    table = run.writer.write_markdown(title, LABELS, extra=f"Mean ± std over trials; test-split metrics. "
+                                                            f"Wall time {wall:.1f} s.")
+    plots.plot_ndcg_over_time(run.writer.as_dict(), run.out_dir / "ndcg_over_time.png")
+    return table
 
 
-# --------------------------------------------------------------------------- the report
-def paired_units(run: TableRun, names: list[str]) -> dict[str, dict[str, np.ndarray]]:
+def paired_units(run, names: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """Per metric and row: the paired units over the trials every row finished."""
     trials = sorted(set.intersection(*({t["seed"] for t in run.writer.algorithms[n]["trials"]} for n in names)))
     gamma = run.sim.config.gamma
@@ -168,7 +106,7 @@ def paired_units(run: TableRun, names: list[str]) -> dict[str, dict[str, np.ndar
     return units
 
 
-def significance(run: TableRun, alpha: float, n_permutations: int) -> dict[str, dict[str, dict]]:
+def significance(run, alpha: float, n_permutations: int) -> dict[str, dict[str, dict]]:
     names = [n for n in run.writer.algorithms if all(run.units_path(n, t["seed"]).exists()
                                                      for t in run.writer.algorithms[n]["trials"])]
     if len(names) < 2:
@@ -210,9 +148,9 @@ def click_rate_markdown(curves: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def write_report(run: TableRun, title: str, wall: float, eta: dict | None) -> str:
+def write_report(run, title: str, wall: float, eta: dict | None, order: list[str]) -> str:
+    """The table report of a finished run (``ltrjax.runner.OnlineRun``); ``order`` = the rows' order."""
     cfg = run.cfg.experiment
-    order = [result_name(k, v) for k, v in run.cfg.algorithms.items()]  # the table's row order, even when resumed
     rank = {name: i for i, name in enumerate(order)}
     run.writer.algorithms = dict(sorted(run.writer.algorithms.items(), key=lambda kv: rank.get(kv[0], len(rank))))
     results = run.writer.as_dict()
@@ -265,61 +203,3 @@ def write_report(run: TableRun, title: str, wall: float, eta: dict | None) -> st
     return text
 
 
-def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: TableRun) -> dict | None:
-    """EBRank Fig. 4: selected algorithms rerun at other entry probabilities (the main run's value reused)."""
-    scfg = cfg.experiment.get("eta_sweep")
-    if not scfg or not scfg.get("values") or not scfg.get("algorithms"):
-        return None
-    keys = [k for k in scfg.algorithms if k in cfg.algorithms]
-    missing = sorted(set(scfg.algorithms) - set(keys))
-    if missing:
-        log.warning("eta sweep: %s are not algorithms of this table; skipped", missing)
-    trials = int(scfg.get("trials", 2))
-    series = {result_name(k, cfg.algorithms[k]): {m: [] for m in METRICS} for k in keys}
-    values = sorted(float(v) for v in scfg["values"])
-    for eta in values:
-        if eta == main.sim.config.entry_prob and main.trials >= trials:
-            rows = main.writer.algorithms
-        else:
-            sim = build_simulator(cfg, data, entry_prob=eta)
-            header = {**run_header(cfg, sim, None), "entry_prob": eta}
-            algorithms = {k: cfg.algorithms[k] for k in keys}
-            run = TableRun(cfg, out_dir / "eta_sweep" / f"eta_{eta:g}", sim, header, algorithms, trials,
-                           f"η={eta:g}")
-            rows = run.run().algorithms
-        for name in series:
-            for m in METRICS:
-                series[name][m].append([t[m] for t in rows[name]["trials"][:trials]])
-    return {"x": values, "series": series}
-
-
-def selected_algorithms(cfg: DictConfig) -> dict:
-    """``cfg.algorithms``, or the keys listed in ``experiment.only`` (in that order)."""
-    only = cfg.experiment.get("only")
-    if not only:
-        return dict(cfg.algorithms)
-    unknown = [k for k in only if k not in cfg.algorithms]
-    if unknown:
-        raise ValueError(f"experiment.only names {unknown}, which are not algorithms of this table; "
-                         f"expected some of {list(cfg.algorithms)}")
-    return {k: cfg.algorithms[k] for k in only}
-
-
-def run_online_table(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
-    """The online table of ``cfg.algorithms`` under ``cfg.sim``; returns the best test Cum-NDCG."""
-    tic = time.perf_counter()
-    data = padded_data(cfg, queryset)
-    sim = build_simulator(cfg, data)
-    header = {**run_header(cfg, sim, queryset), "experiment": OmegaConf.to_container(cfg.experiment, resolve=True)}
-    algorithms = selected_algorithms(cfg)
-    log.info("%s: %d queries (%s), %d warm-up + %d sessions per trial, %d rows x %d trials", data.name,
-             data.n_queries, header["queries_per_split"], header["warmup_sessions"], header["sessions"],
-             len(algorithms), int(cfg.trials))
-    main = TableRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name)
-    main.run()
-    eta = eta_sweep(cfg, out_dir, data, main)
-    table = write_report(main, str(cfg.experiment.get("title", "Online performance")), time.perf_counter() - tic,
-                         eta)
-    print(table)
-    print(f"results written to {out_dir}")
-    return max(entry["cum_ndcg"] for entry in main.writer.algorithms.values())

@@ -45,7 +45,7 @@ def online_table_markdown(rows: dict[str, dict], metrics=("cold_ndcg", "warm_ndc
     ``rows[name][metric]`` is the list of per-trial values (a scalar is one trial); names are
     ``ALGORITHM@SETTING`` (settings wo_behav, concat, ie, ...) or plain (ebrank, bm25). Rows keep the
     input order. Per metric the best mean is bold; with ``significance[metric]`` (the output of
-    :func:`ltrjax.stats.significance_vs_best` over that metric's paired units) rows significantly
+    :func:`ltrjax.report.stats.significance_vs_best` over that metric's paired units) rows significantly
     worse than the best get ``▾``, and the best row gets ``*`` when it is significantly better than
     every other row tested (``alpha`` only labels the legend: the flags come from ``significance``).
     A legend line follows the table, then ``notes``.
@@ -106,7 +106,7 @@ def exploitation_ratio_markdown(ratios: dict, title: str = "", notes: str = "") 
 
     ``ratios[method]`` is the list of per-trial behaviour ratios, or a mapping
     ``{"behaviour": [...], "max_nonbehaviour": [...]}`` (see
-    :func:`ltrjax.online.analysis.exploitation_ratios`).
+    :func:`ltrjax.report.analysis.exploitation_ratios`).
     """
     groups = {n: (dict(v) if isinstance(v, dict) else {"behaviour": v}) for n, v in ratios.items()}
     columns = list(dict.fromkeys(c for g in groups.values() for c in g))

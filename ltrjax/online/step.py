@@ -1,0 +1,180 @@
+"""One session, as a pure function of named state (SPEC §2.1; EBRank §5.1).
+
+``session_step`` advances every lane of one bucket by one session: maybe a new document enters,
+the policy scores the entered documents, the top K are shown, clicks are drawn from the click
+model, the counters are updated, and the NDCG of the shown list and the policy's session record
+are returned. ``segment`` scans it over a segment's lane schedule for every bucket at once, with
+the policy's model frozen. Both are module-level pure functions: the simulator ``jit``s (and, for a
+population of members, ``vmap``s) them with the policy and the protocol as static arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ltrjax import clicks as click_lib
+from ltrjax import metrics
+from ltrjax.data.layout import Bucket
+from ltrjax.online.policies.base import Policy, QueryView
+from ltrjax.online.state import BucketState, DocCounters, counters_in_dataset_order, to_entry_order
+
+
+CLICK_STREAM = 0x7FFFFFFF  # folded into a session's policy key for its on-device click uniforms
+
+
+@struct.dataclass
+class Protocol:
+    """What every session of a simulation shares: the click model, the NDCG discount and K."""
+
+    click_model: click_lib.ClickModel
+    discount: jax.Array  # f32 [K] NDCG discount of each position
+    top_k: int = struct.field(pytree_node=False, default=5)
+    uniform_rows: int = struct.field(pytree_node=False, default=1)  # 2 for cascade (click, stop)
+    device_rng: bool = struct.field(pytree_node=False, default=False)  # draw click uniforms with jax.random
+
+    @property
+    def examination(self) -> jax.Array:
+        return self.click_model.examination[: self.top_k]
+
+
+@struct.dataclass
+class SegmentConstants:
+    """Per-bucket values frozen for a segment, in entry order with one scratch row (``[Qb+1, Db, ...]``)."""
+
+    aux: Any  # the policy's ``prepare`` output
+    hyper: Any  # the policy's typed hyper-parameters (``Policy.Hyper``)
+    params: Any  # the policy's frozen parameters
+    gains: jax.Array  # f32 [Qb+1, Db] relevance R used for NDCG and clicks
+    labels: jax.Array  # i32 [Qb+1, Db]
+    idcg: jax.Array  # f32 [Qb+1]
+    n_docs: jax.Array  # i32 [Qb+1] documents per query (0 for the scratch row)
+    order: jax.Array  # i32 [Qb+1, Db] entry slot -> dataset slot
+
+
+@struct.dataclass
+class SessionInputs:
+    """One scan step of a bucket: the session each lane runs (``[lanes]``; ``valid`` False = idle lane)."""
+
+    rows: jax.Array  # i32 bucket row of the query (the scratch row Qb when idle)
+    enter: jax.Array  # bool a new document enters first
+    session: jax.Array  # i32 global session index (keys the policy noise)
+    uniforms: jax.Array | None  # f32 [lanes, rows, K] click uniforms (None: drawn in the step, ``device_rng``)
+    valid: jax.Array  # bool
+
+
+@struct.dataclass
+class SessionOutputs:
+    """What a step records per lane."""
+
+    ndcg: jax.Array  # f32 NDCG@K of the shown list
+    shown: jax.Array  # i32 [K] dataset slot per position, -1 for empty slots and idle lanes
+    clicks: jax.Array  # bool [K]
+    record: Any  # the policy's ``session_record`` (None: none)
+
+
+def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket: Bucket, gains: jax.Array,
+                      idcg: jax.Array) -> SegmentConstants:
+    """The frozen per-segment values of one bucket; ``prepare`` sees the counters at the segment start."""
+    behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
+    aux = jax.tree_util.tree_map(lambda a: to_entry_order(a, state), policy.prepare(params, bucket, behaviour))
+    pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
+    return SegmentConstants(aux=aux, hyper=hyper, params=params, gains=to_entry_order(gains, state),
+                            labels=to_entry_order(bucket.labels, state), idcg=pad(idcg), n_docs=pad(bucket.n_docs),
+                            order=state.order)
+
+
+def one_session(policy: Policy, protocol: Protocol, view: QueryView, gains, labels, idcg, n_docs, enter, session,
+                uniforms, valid, run_key):
+    """One query's session (all arrays are that query's row); returns the view after entry and the outputs."""
+    n_entered = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs), view.n_entered)
+    view = view._replace(n_entered=n_entered, issue_count=view.issue_count + valid)
+    key = jax.random.fold_in(run_key, session)  # = simulator.policy_key
+    if protocol.device_rng:
+        uniforms = jax.random.uniform(jax.random.fold_in(key, CLICK_STREAM), (protocol.uniform_rows, protocol.top_k))
+    scores = policy.session_scores(view, key)
+    width = scores.shape[-1]
+    shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_entered, protocol.top_k)
+    on = slot_valid & valid
+    clicked = click_lib.sample_clicks(protocol.click_model, uniforms, gains[shown], labels[shown], on)
+    ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains, idcg, protocol.discount)
+    record = policy.session_record(view, key, scores, shown, on, clicked)
+    return n_entered, shown, on, clicked, ndcg, record
+
+
+def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
+                 inputs: SessionInputs, run_key: jax.Array) -> tuple[BucketState, SessionOutputs]:
+    """Advance every lane of one bucket by one session: state in, state out.
+
+    Lanes never share a query within a step (``schedule.lane_schedule``), so their counter updates
+    are one scatter without conflicts; idle lanes write into the scratch row.
+    """
+    rows = inputs.rows
+    view = QueryView(
+        aux=jax.tree_util.tree_map(lambda a: a[rows], consts.aux),
+        hyper=consts.hyper,
+        params=consts.params,
+        counters=DocCounters.unpack(state.stats[:, rows]),  # XLA reads only the planes the policy uses
+        n_entered=state.n_entered[rows],
+        issue_count=state.issue_count[rows],
+    )
+    view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0)
+    run = functools.partial(one_session, policy, protocol)
+    n_new, shown, on, clicked, ndcg, record = jax.vmap(run, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None))(
+        view, consts.gains[rows], consts.labels[rows], consts.idcg[rows], consts.n_docs[rows], inputs.enter,
+        inputs.session, inputs.uniforms, inputs.valid, run_key)
+
+    theta = protocol.examination
+    inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
+    alpha_k, beta_k = (x[: protocol.top_k] for x in click_lib.affine_terms(protocol.click_model))
+    c, w = clicked.astype(jnp.float32), on.astype(jnp.float32)
+    delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])  # STAT_NAMES order
+    entered_now = n_new > view.n_entered
+    slot = jnp.maximum(n_new - 1, 0)
+    state = state.replace(
+        stats=state.stats.at[:, rows[:, None], shown].add(delta),
+        n_entered=state.n_entered.at[rows].set(n_new),
+        issue_count=state.issue_count.at[rows].add(inputs.valid.astype(jnp.int32)),
+        entry_session=state.entry_session.at[rows, slot].set(
+            jnp.where(entered_now, inputs.session, state.entry_session[rows, slot])),
+    )
+    shown_docs = jnp.where(on, consts.order[rows[:, None], shown], -1)
+    return state, SessionOutputs(ndcg=ndcg, shown=shown_docs, clicks=clicked, record=record)
+
+
+def _scan_body(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...], run_key: jax.Array,
+               states: tuple[BucketState, ...], inputs: tuple[SessionInputs, ...]):
+    """One scan step: every bucket's lanes advance by one session."""
+    out = [session_step(policy, protocol, c, s, x, run_key) for c, s, x in zip(consts, states, inputs)]
+    return tuple(o[0] for o in out), tuple(o[1] for o in out)
+
+
+def segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
+            buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
+            schedules: tuple[SessionInputs, ...], run_key: jax.Array):
+    """Simulate one segment with a frozen policy: a ``lax.scan`` whose steps advance every bucket.
+
+    ``schedules[b]`` holds ``[steps, lanes, ...]`` inputs; returns the new states and per-step outputs.
+    """
+    consts = tuple(segment_constants(policy, params, hyper, s, b, g, i)
+                   for s, b, g, i in zip(states, buckets, gains, idcg))
+    body = functools.partial(_scan_body, policy, protocol, consts, run_key)
+    return jax.lax.scan(body, tuple(states), tuple(schedules))
+
+
+def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg):
+    """Warm and Cold NDCG@K per query of one bucket: the deterministic ranker over the entered documents
+    with (warm) and without (cold) behaviour information."""
+    counters = counters_in_dataset_order(state)
+    gains_e = to_entry_order(gains, state)[:-1]
+    entered = jnp.arange(bucket.width)[None, :] < state.n_entered[:-1, None]
+    out = []
+    for warm in (True, False):
+        scores = to_entry_order(policy.test_scores(params, bucket, counters, warm), state)[:-1]
+        ranking, slot_valid = metrics.top_k_ranking(scores, entered, protocol.top_k)
+        out.append(metrics.ndcg_of_ranking(ranking, slot_valid, gains_e, idcg, protocol.discount))
+    return out[0], out[1]

@@ -1,0 +1,1 @@
+"""Reporting: results files, tables, statistics, analysis and plots of finished runs (no simulation)."""

@@ -1,0 +1,329 @@
+"""The one runner of the online experiments (``experiment=online``, ``online_table``, ``ucbrank_table``).
+
+Per algorithm it forms one *population* — every unfinished trial x every value of the algorithm's
+validation grid — and runs it as one compiled program (``Simulator.run_population``; chunked when
+it would not fit in memory, ``population.max_members`` caps a chunk). Each trial keeps the grid
+value with the best Cum-NDCG on validation-split sessions (``experiment.tune_split``); the trial's
+record (test-split metrics of that value, and every grid value's scores) is written as soon as its
+population finishes, so an interrupted run loses nothing finished and a rerun into the same
+directory resumes. The run returns the *validation* objective (never a test-split figure), so a
+Hydra sweeper tunes honestly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import itertools
+import logging
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from ltrjax.clicks import make_click_model
+from ltrjax.data.layout import pad_and_bucket
+from ltrjax.data.queryset import TEST, QuerySet
+from ltrjax.online.policies.bm25 import BM25
+from ltrjax.online.simulator import SimConfig, Simulator, TrialResult
+from ltrjax.report.online_report import (
+    LABELS,
+    METRICS,
+    exploitation_ratios,
+    perfect_click_rates,
+    safe_name,
+    save_units,
+    write_report,
+    write_simple_report,
+)
+from ltrjax.report.results import ResultsWriter
+
+log = logging.getLogger("ltrjax")
+
+
+def tune_grid(tune: dict | None) -> list[dict]:
+    """All combinations of a ``tune`` mapping {hyper: [values]}; [{}] when there is none."""
+    if not tune:
+        return [{}]
+    names = sorted(tune)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(list(tune[n]) for n in names))]
+
+
+def binned_curve(values: np.ndarray, n_points: int) -> list[float]:
+    """Mean of ``values`` in ``n_points`` consecutive bins (for NDCG-over-time plots)."""
+    if values.size == 0:
+        return []
+    bins = np.array_split(values, min(n_points, values.size))
+    return [float(b.mean()) for b in bins]
+
+
+SETTING_SUFFIXES = ("_wo_behav", "_concat", "_ie")
+
+
+def result_name(key: str, acfg) -> str:
+    """``ALGORITHM@SETTING`` for algorithms with a feature setting (``cftopk_concat`` -> ``cftopk@concat``,
+    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key."""
+    setting = acfg.get("setting") if hasattr(acfg, "get") else None
+    if not setting:
+        return key
+    base = key
+    for suffix in SETTING_SUFFIXES:
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return f"{base}@{setting}"
+
+
+def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, grid_scores: dict) -> dict:
+    test = result.session_split == TEST
+    return {
+        "seed": seed,
+        "cum_ndcg": result.cum_ndcg["test"],
+        "warm_ndcg": result.warm_ndcg,
+        "cold_ndcg": result.cold_ndcg,
+        "cum_ndcg_vali": result.cum_ndcg["vali"],
+        "cum_ndcg_train": result.cum_ndcg["train"],
+        "chosen": chosen,
+        "tuning": grid_scores,
+        "eval_points": result.eval_points,
+        "warm_history": [h["test"]["warm"] for h in result.eval_history],
+        "cold_history": [h["test"]["cold"] for h in result.eval_history],
+        "test_session_ndcg_curve": binned_curve(result.session_ndcg[test], n_points),
+        "timings": result.timings,
+        "retrains": len([i for i in result.train_info if not i.get("skipped")]),
+        "train_last": result.train_info[-1] if result.train_info else None,
+    }
+
+
+def fit_override(key: str, overrides) -> dict:
+    """The ``fit`` fields that ``overrides`` ({glob of algorithm keys: {field: value}}, conf/fit_overrides/)
+    sets for algorithm ``key``; later globs win."""
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    out = {}
+    for pattern, fields in (overrides or {}).items():
+        if fnmatch.fnmatchcase(key, pattern):
+            out.update(fields)
+    return out
+
+
+def make_policy(name: str, acfg: DictConfig, data, fit_overrides: dict | None = None, key: str | None = None):
+    """The policy of algorithm config ``acfg`` (result name ``name``, config key ``key``) and its tune grid;
+    ``fit_overrides`` replaces retraining settings of algorithms that have a ``fit`` block."""
+    cfg = OmegaConf.to_container(acfg, resolve=True)
+    override = fit_override(key or name, fit_overrides)
+    if override and "fit" in cfg:
+        cfg["fit"] = {**(cfg["fit"] or {}), **override}
+    tune = cfg.pop("tune", None)
+    policy_class = get_class(cfg.pop("_target_"))  # data is passed directly: Hydra would convert the dataclass
+    policy = policy_class(data, **cfg)
+    policy.name = name
+    return policy, tune
+
+
+def padded_data(cfg: DictConfig, queryset: QuerySet):
+    return pad_and_bucket(queryset, int(cfg.layout.n_buckets), merge_tolerance=float(cfg.layout.merge_tolerance),
+                          single_bucket_cells=int(cfg.layout.single_bucket_cells))
+
+
+def build_simulator(cfg: DictConfig, data, **sim_overrides) -> Simulator:
+    """The simulator of ``cfg.sim`` / ``cfg.click_model`` (BM25 warm-up when the data has a BM25 column)."""
+    sim_cfg = SimConfig.from_mapping({**OmegaConf.to_container(cfg.sim, resolve=True), **sim_overrides})
+    click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k,
+                                   y_max=data.y_max)
+    warmup = BM25(data) if data.bm25_column >= 0 else None
+    if warmup is None and sim_cfg.warmup_sessions_per_query:
+        log.warning("dataset %s has no BM25 column: the warm-up phase is skipped", data.name)
+    pop = cfg.get("population") or {}
+    budget_gb = pop.get("memory_gb")
+    return Simulator(data, click_model, sim_cfg, warmup_policy=warmup, max_members=pop.get("max_members"),
+                     memory_budget=int(float(budget_gb) * (1 << 30)) if budget_gb else None)
+
+
+def run_header(cfg: DictConfig, sim: Simulator, queryset: QuerySet | None) -> dict:
+    data = sim.data
+    n_warm, n_main = sim.session_counts()
+    return {
+        "dataset": data.name,
+        "sessions": n_main,
+        "warmup_sessions": n_warm if sim.warmup_policy is not None else 0,
+        "queries": data.n_queries,
+        "queries_per_split": {s: int(np.sum(data.split_of_query == i)) for i, s in enumerate(("train", "vali", "test"))},
+        "data_info": queryset.info if queryset is not None else None,
+        "trials": int(cfg.trials),
+        "click_model": OmegaConf.to_container(cfg.click_model, resolve=True),
+        "sim": dataclasses.asdict(sim.config),
+        "buckets": [list(b.labels.shape) for b in data.buckets],
+    }
+
+
+def trial_key(cfg: DictConfig, trial: int) -> jax.Array:
+    """Trial t of every algorithm uses the same key: algorithms share their session and click draws."""
+    return jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), trial)
+
+
+def grid_label(values: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in values.items()) or "default"
+
+
+def choose(results: list[TrialResult], grid: list[dict], tune_split: str) -> tuple[TrialResult, dict, dict]:
+    """The grid value of one trial with the best Cum-NDCG on ``tune_split`` sessions (first on ties).
+
+    Returns (its result, its values, {grid label: validation and test metrics of every value}).
+    """
+    scores = {grid_label(values): {"values": values, "tune_score": r.cum_ndcg[tune_split],
+                                   "cum_ndcg": r.cum_ndcg["test"], "warm_ndcg": r.warm_ndcg,
+                                   "cold_ndcg": r.cold_ndcg} for r, values in zip(results, grid)}
+    best = int(np.argmax([r.cum_ndcg[tune_split] for r in results]))
+    return results[best], grid[best], scores
+
+
+class OnlineRun:
+    """Runs (or resumes) every algorithm x trial of one protocol into one output directory."""
+
+    def __init__(self, cfg: DictConfig, out_dir: Path, sim: Simulator, header: dict, algorithms: dict,
+                 trials: int, label: str):
+        self.cfg, self.out_dir, self.sim, self.trials, self.label = cfg, Path(out_dir), sim, int(trials), label
+        self.algorithms = algorithms
+        ecfg = cfg.experiment
+        self.tune = bool(ecfg.get("tune", True))
+        self.tune_split = str(ecfg.get("tune_split", "vali"))
+        self.n_points = int(ecfg.get("curve_points", 100))
+        self.entry_bins = int(ecfg.get("entry_bins", 10))
+        self.progress = bool(cfg.get("progress", True))
+        self.writer = ResultsWriter(self.out_dir, header, METRICS)
+        if bool(ecfg.get("resume", True)):
+            n = self.writer.resume()
+            if n:
+                log.info("%s: resuming, %d finished trials found in %s", label, n, self.out_dir / "results.json")
+
+    def units_path(self, name: str, trial: int) -> Path:
+        return self.out_dir / "arrays" / safe_name(name) / f"trial{trial}.npz"
+
+    def todo(self, key: str) -> list[int]:
+        name = result_name(key, self.algorithms[key])
+        return [t for t in range(self.trials)
+                if not (self.writer.has_trial(name, t) and self.units_path(name, t).exists())]
+
+    def run(self) -> ResultsWriter:
+        todo = {key: self.todo(key) for key in self.algorithms}
+        bar = tqdm(total=sum(len(t) for t in todo.values()), desc=self.label, unit="trial",
+                   disable=not self.progress)
+        for key, trials in todo.items():
+            if not trials:
+                continue
+            acfg = self.algorithms[key]
+            name = result_name(key, acfg)
+            policy, tune = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
+            grid = tune_grid(tune if self.tune else None)
+            keys = [trial_key(self.cfg, t) for t in trials for _ in grid]
+            tic = time.perf_counter()
+            results = self.sim.run_population(policy, keys, [values for _ in trials for values in grid],
+                                              progress=self.progress)
+            wall = time.perf_counter() - tic
+            for i, trial in enumerate(trials):
+                best, chosen, scores = choose(results[i * len(grid):(i + 1) * len(grid)], grid, self.tune_split)
+                record = trial_record(best, trial, chosen, self.n_points, scores if len(grid) > 1 else {})
+                record["wall_seconds"] = wall / len(trials)  # the population's wall time, shared by its trials
+                record["population"] = {"members": len(keys), "trials": len(trials), "grid": len(grid),
+                                        "wall_seconds": wall}
+                record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
+                record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
+                save_units(self.units_path(name, trial), self.sim, best)
+                self.writer.add_trial(name, record)
+                bar.update(1)
+                log.info("%s %-24s trial %d: Cum %.2f  Warm %.4f  Cold %.4f  %s", self.label, name, trial,
+                         record["cum_ndcg"], record["warm_ndcg"], record["cold_ndcg"],
+                         f"chosen {chosen}" if chosen else "")
+            log.info("%s %-24s %d trials x %d grid values = %d members in %.1f s", self.label, name, len(trials),
+                     len(grid), len(keys), wall)
+        bar.close()
+        return self.writer
+
+    def objective(self, key: str | None = None) -> float:
+        """Mean over trials of the validation-split Cum-NDCG of ``key`` (default: ebrank, else the first row)."""
+        rows = self.writer.algorithms
+        if not rows:
+            return float("nan")
+        name = key if key in rows else ("ebrank" if "ebrank" in rows else next(iter(rows)))
+        return float(np.mean([t["cum_ndcg_vali"] for t in rows[name]["trials"]]))
+
+
+def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: OnlineRun) -> dict | None:
+    """EBRank Fig. 4: selected algorithms rerun at other entry probabilities (the main run's value reused)."""
+    scfg = cfg.experiment.get("eta_sweep")
+    if not scfg or not scfg.get("values") or not scfg.get("algorithms"):
+        return None
+    keys = [k for k in scfg.algorithms if k in cfg.algorithms]
+    missing = sorted(set(scfg.algorithms) - set(keys))
+    if missing:
+        log.warning("eta sweep: %s are not algorithms of this table; skipped", missing)
+    trials = int(scfg.get("trials", 2))
+    series = {result_name(k, cfg.algorithms[k]): {m: [] for m in METRICS} for k in keys}
+    values = sorted(float(v) for v in scfg["values"])
+    for eta in values:
+        if eta == main.sim.config.entry_prob and main.trials >= trials:
+            rows = main.writer.algorithms
+        else:
+            sim = build_simulator(cfg, data, entry_prob=eta)
+            header = {**run_header(cfg, sim, None), "entry_prob": eta}
+            algorithms = {k: cfg.algorithms[k] for k in keys}
+            run = OnlineRun(cfg, out_dir / "eta_sweep" / f"eta_{eta:g}", sim, header, algorithms, trials,
+                           f"η={eta:g}")
+            rows = run.run().algorithms
+        for name in series:
+            for m in METRICS:
+                series[name][m].append([t[m] for t in rows[name]["trials"][:trials]])
+    return {"x": values, "series": series}
+
+
+def selected_algorithms(cfg: DictConfig) -> dict:
+    """``cfg.algorithms``, or the keys listed in ``experiment.only`` (in that order)."""
+    only = cfg.experiment.get("only")
+    if not only:
+        return dict(cfg.algorithms)
+    unknown = [k for k in only if k not in cfg.algorithms]
+    if unknown:
+        raise ValueError(f"experiment.only names {unknown}, which are not algorithms of this table; "
+                         f"expected some of {list(cfg.algorithms)}")
+    return {k: cfg.algorithms[k] for k in only}
+
+
+def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
+    """Every algorithm of ``cfg.algorithms`` (``experiment.only``) x ``cfg.trials`` under ``cfg.sim``.
+
+    ``experiment.kind == "online"`` writes the plain comparison table, the table kinds the papers'
+    report (significance, exploitation ratios, click rates, sweeps). Returns the validation objective
+    (``experiment.objective``: an algorithm key; default ebrank, else the first row).
+    """
+    tic = time.perf_counter()
+    data = padded_data(cfg, queryset)
+    sim = build_simulator(cfg, data)
+    header = {**run_header(cfg, sim, queryset), "experiment": OmegaConf.to_container(cfg.experiment, resolve=True)}
+    algorithms = selected_algorithms(cfg)
+    log.info("%s: %d queries (%s), %d warm-up + %d sessions per trial, %d rows x %d trials", data.name,
+             data.n_queries, header["queries_per_split"], header["warmup_sessions"], header["sessions"],
+             len(algorithms), int(cfg.trials))
+    if int(cfg.trials) < 1:
+        raise ValueError(f"trials must be >= 1, got {cfg.trials}")
+    main = OnlineRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name)
+    main.run()
+    wall = time.perf_counter() - tic
+    main.writer.header["wall_seconds"] = wall
+    objective = main.objective(cfg.experiment.get("objective"))
+    main.writer.header["objective"] = {"metric": f"cum_ndcg_{main.tune_split}", "value": objective}
+    if cfg.experiment.kind == "online":
+        title = f"Online results on {data.name} ({header['sessions']} sessions, {int(cfg.trials)} trials)"
+        main.writer.write()
+        table = write_simple_report(main, title, wall)
+    else:
+        eta = eta_sweep(cfg, out_dir, data, main)
+        order = [result_name(k, v) for k, v in cfg.algorithms.items()]  # the table's row order, even when resumed
+        table = write_report(main, str(cfg.experiment.get("title", "Online performance")), wall, eta, order)
+    print(table)
+    print(f"results written to {out_dir}; validation objective {objective:.4f}")
+    return objective
