@@ -36,9 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-MAIN_METRICS = ("cum_ndcg", "warm_ndcg", "cold_ndcg", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+MAIN_METRICS = ("cum_ndcg", "warm_ndcg", "cold_ndcg", "cum_ndcg_vali", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 NOT_METRICS = {"seed"}
-FIXED_COLUMNS = ("run", "dataset", "algorithm", "n_trials")
 
 
 class ResultsError(ValueError):
@@ -61,12 +60,12 @@ def natural_key(path: Path) -> list:
 
 
 def find_results(dirs: list[Path]) -> list[tuple[Path, Path]]:
-    """(results.json, the DIR it was found under), each file once, in natural order."""
+    """(results.json, the DIR it was found under), each file once: DIR by DIR, in natural order within one."""
     found: dict[Path, tuple[Path, Path]] = {}
     for root in dirs:
-        for path in root.rglob("results.json"):
+        for path in sorted(root.rglob("results.json"), key=natural_key):
             found.setdefault(path.resolve(), (path, root))
-    return sorted(found.values(), key=lambda pair: natural_key(pair[0]))
+    return list(found.values())
 
 
 def parse_override(text: str) -> tuple[str, str]:
@@ -109,14 +108,14 @@ def _trial_values(trials: list, name: str) -> dict[str, list[float]]:
     metrics = dict.fromkeys(k for t in trials for k, v in t.items() if _is_number(v) and k not in NOT_METRICS)
     values: dict[str, list[float]] = {}
     for metric in metrics:
+        values[metric] = []
         for i, trial in enumerate(trials):
-            value = trial.get(metric, "absent")
-            if value is None:
-                values.setdefault(metric, []).append(math.nan)
-            elif _is_number(value):
-                values.setdefault(metric, []).append(float(value))
-            elif value != "absent":
+            if metric not in trial:
+                continue
+            value = trial[metric]
+            if value is not None and not _is_number(value):
                 raise ResultsError(f"algorithm {name!r}, trial {i}: {metric!r} is {value!r}, not a number")
+            values[metric].append(math.nan if value is None else float(value))
     return values
 
 
@@ -186,27 +185,30 @@ def _md(text: object) -> str:
     return str(text).replace("|", "\\|")
 
 
-def markdown(rows: list[Row], sources: list[str]) -> str:
+def markdown(rows: list[Row], sources: list[str], skipped: list[str] = ()) -> str:
     keys, metrics = _columns(rows)
     shown = [m for m in metrics if m in MAIN_METRICS] or metrics
     varying = [k for k in keys if len({row.overrides.get(k) for row in rows}) > 1]
     common = [f"`{k}`" if k.startswith("~") else f"`{k}={rows[0].overrides[k]}`" for k in keys if k not in varying]
     n_runs = len({row.run for row in rows})
     lines = [f"# Collected results: {n_runs} runs, {len(rows)} rows", "",
-             f"From {', '.join(sources)}. Mean ± std over trials (test split for the online metrics); "
-             "every per-trial metric, with its trial count, is in results.csv."]
+             f"From {', '.join(sources)}. Mean ± std over trials; the online metrics are of test-split "
+             "sessions except `cum_ndcg_vali` (validation split: the tuning objective). "
+             "Every per-trial metric, with its trial count, is in results.csv."]
     if common:
         lines.append("Overrides of every run: " + " ".join(_md(c) for c in common) + ".")
-    header = ["run", *varying, "dataset", "algorithm", *shown, "trials"]
+    header = ["run", *varying, "dataset", "algorithm", *shown, "n_trials"]
     lines += ["", "| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row.run, *(row.overrides.get(k, "") for k in varying), row.dataset, row.algorithm,
                  *(_cell(row, m) for m in shown), row.n_trials]
         lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    if skipped:
+        lines += ["", f"Left out, unreadable ({len(skipped)}):", "", *(f"* {_md(s)}" for s in skipped)]
     return "\n".join(lines) + "\n"
 
 
-def collect(files: list[tuple[Path, Path]], base: Path, err=sys.stderr) -> tuple[list[Row], list[str]]:
+def collect(files: list[tuple[Path, Path]], base: Path) -> tuple[list[Row], list[str]]:
     """(the rows of every readable file of ``find_results``, one message per skipped file); ``run`` is
     each file's folder relative to ``base``."""
     rows, skipped = [], []
@@ -215,8 +217,8 @@ def collect(files: list[tuple[Path, Path]], base: Path, err=sys.stderr) -> tuple
         try:
             rows += load_rows(path, run, read_overrides(path.parent, root))
         except ResultsError as error:
-            skipped.append(f"skipped {path}: {error}")
-            print(f"ltrjax.collect: {skipped[-1]}", file=err)
+            skipped.append(f"{path}: {error}")
+            print(f"ltrjax.collect: skipped {skipped[-1]}", file=sys.stderr)
     return rows, skipped
 
 
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
-    (out / "results.md").write_text(markdown(rows, [str(d) for d in args.dirs]))
+    (out / "results.md").write_text(markdown(rows, [str(d) for d in args.dirs], skipped))
     n_runs = len({row.run for row in rows})
     print(f"merged {n_runs} runs ({len(rows)} rows) into {out / 'results.csv'} and {out / 'results.md'}"
           + (f"; skipped {len(skipped)} (see above)" if skipped else ""))

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import behaviour as behav
-from ltrjax.online.experiment import make_policy
+from ltrjax.runner import make_policy
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.counterfactual import CFEpsilon, CFRandomK, CFTopK, CounterfactualL2
 from ltrjax.online.policies.prior import Prior

@@ -13,7 +13,7 @@ from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import multileaving as ml
 from ltrjax.online import plackett_luce as pl
-from ltrjax.online.experiment import make_policy
+from ltrjax.runner import make_policy
 from ltrjax.online.policies.base import QueryView, SessionLog
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.dbgd import DBGD, MGD, key_words, session_keys, unit_directions

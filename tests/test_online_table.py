@@ -8,8 +8,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ltrjax.online import table_run
-from ltrjax.online.experiment import result_name
+from ltrjax import runner
+from ltrjax.online.simulator import Simulator
+from ltrjax.report.online_report import safe_name
+from ltrjax.runner import result_name
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -62,14 +64,22 @@ def table_cfg():
 
 def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
     queryset = toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=2)
-    table_run.run_online_table(table_cfg, tmp_path, queryset)
+    objective = runner.run_online(table_cfg, tmp_path, queryset)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["algorithms"]) == {"bm25", "cftopk@concat", "ebrank"}
     for name, entry in results["algorithms"].items():
         assert [t["seed"] for t in entry["trials"]] == [0, 1]
         for t in entry["trials"]:
             assert {"cum_ndcg", "warm_ndcg", "cold_ndcg", "click_rate_by_entry"} <= set(t)
-            assert (tmp_path / "arrays" / table_run.safe_name(name) / f"trial{t['seed']}.npz").exists()
+            assert (tmp_path / "arrays" / safe_name(name) / f"trial{t['seed']}.npz").exists()
+    # the run returns the validation-split objective (EBRank's Cum-NDCG on vali sessions), never a test figure
+    vali = [t["cum_ndcg_vali"] for t in results["algorithms"]["ebrank"]["trials"]]
+    assert objective == pytest.approx(np.mean(vali)) and results["objective"]["metric"] == "cum_ndcg_vali"
+    assert objective != pytest.approx(results["algorithms"]["ebrank"]["cum_ndcg"])
+    # each algorithm ran as one population of trials x grid values
+    assert results["algorithms"]["ebrank"]["trials"][0]["population"] == {
+        "members": 4, "trials": 2, "grid": 2, "wall_seconds": pytest.approx(
+            results["algorithms"]["ebrank"]["trials"][0]["population"]["wall_seconds"])}
     ratio = results["algorithms"]["cftopk@concat"]["trials"][0]["exploitation_ratio"]
     assert 0.0 <= ratio["behaviour"] <= 1.0
     assert results["algorithms"]["ebrank"]["trials"][0]["exploitation_ratio"] is None
@@ -87,17 +97,19 @@ def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
     results["algorithms"]["ebrank"]["trials"] = results["algorithms"]["ebrank"]["trials"][:1]
     (tmp_path / "results.json").write_text(json.dumps(results))
     calls = []
-    original = table_run.tuned_trial
-    monkeypatch.setattr(table_run, "tuned_trial", lambda *a, **k: calls.append(a[1].name) or original(*a, **k))
-    table_run.run_online_table(table_cfg, tmp_path, queryset)
-    assert calls == ["ebrank"]
+    original = Simulator.run_population
+    monkeypatch.setattr(Simulator, "run_population",
+                        lambda self, policy, keys, *a, **k: calls.append((policy.name, len(keys)))
+                        or original(self, policy, keys, *a, **k))
+    runner.run_online(table_cfg, tmp_path, queryset)
+    assert calls == [("ebrank", 2)]  # one trial x the 2-value grid
     again = json.loads((tmp_path / "results.json").read_text())["algorithms"]["ebrank"]["trials"][1]
     assert again["cum_ndcg"] == pytest.approx(before["cum_ndcg"]) and again["chosen"] == before["chosen"]
 
     # a results file of another protocol is refused instead of being mixed in
     other = OmegaConf.merge(table_cfg, {"sim": {"entry_prob": 0.5}})
     with pytest.raises(ValueError, match="another output directory"):
-        table_run.run_online_table(other, tmp_path, queryset)
+        runner.run_online(other, tmp_path, queryset)
 
 
 def test_cum_units_sum_to_cum_ndcg():

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
-from ltrjax.online.experiment import make_policy, tune_grid
+from ltrjax.runner import make_policy, tune_grid
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator
 from tests.toy_data import toy_queryset

@@ -21,7 +21,7 @@ from ltrjax.models.mc_dropout import (
 )
 from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
 from ltrjax.online import behaviour as behav
-from ltrjax.online.experiment import make_policy
+from ltrjax.runner import make_policy
 from ltrjax.online.policies.base import QueryView
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ucbrank import UCBRank, ucb_bonus

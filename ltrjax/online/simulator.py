@@ -377,9 +377,39 @@ class Simulator:
                                          keep_logs)
         return results
 
+    def simulate_frozen(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None,
+                        n_sessions: int | None = None) -> tuple[list[BucketState], int]:
+        """The main-phase sessions of every member with the policy frozen at its initial parameters: no
+        warm-up, retraining or evaluation (the simulation core, for throughput benchmarks). Returns the
+        final states (leading member axis, blocked until ready) and the sessions simulated per member."""
+        keys = list(keys)
+        hypers = [resolve_hyper(policy, h) for h in (list(hypers) if hypers is not None else [None] * len(keys))]
+        trial_index: dict[tuple, int] = {}
+        trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
+        trials = [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
+        mains = [self.session_plan(t.plan)[1] for t in trials]
+        n_main = min(len(mains[0]), n_sessions or len(mains[0]))
+        points = update_points(n_main, self.config.n_segments)
+        starts = np.concatenate([[0], points[:-1] + 1])
+        segments = [[m.slice(int(a), int(b)) for m in mains] for a, b in zip(starts, points + 1)]
+        plans = self.plan([s for per_trial in segments for s in per_trial])
+        plans = [plans[i * len(trials):(i + 1) * len(trials)] for i in range(len(segments))]
+        params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
+        hyper = self._shard(stack_members(hypers))
+        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
+        states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
+        for seg, plan in zip(segments, plans):
+            states, *_ = self._simulate(policy, params, hyper, states, seg, plan, [t.run for t in trials], trial_of)
+        return jax.block_until_ready(states), n_main
+
     def _shard(self, tree):
+        """Place a member-leading pytree sharded over the devices (unchanged on one device, or when the
+        member count does not divide evenly, e.g. a warm-up population of fewer trials than devices)."""
         sharding = member_sharding()
-        return tree if sharding is None else jax.device_put(tree, sharding)
+        leaves = jax.tree_util.tree_leaves(tree)
+        if sharding is None or not leaves or leaves[0].shape[0] % jax.device_count():
+            return tree
+        return jax.device_put(tree, sharding)
 
     def _simulate(self, policy: Policy, params, hyper, states, draws: list[SessionDraws], plans: list,
                   run_keys: list[jax.Array], trial_of: np.ndarray):

@@ -1,0 +1,59 @@
+"""A population sharded over 4 forced host devices equals the single-device run (issue: many devices)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = """
+import json, jax, numpy as np
+from ltrjax import clicks
+from ltrjax.data.layout import pad_and_bucket
+from ltrjax.online.policies.bm25 import BM25
+from ltrjax.online.policies.ebrank import EBRank
+from ltrjax.online.simulator import SimConfig, Simulator
+from tests.toy_data import toy_queryset
+
+qs = toy_queryset(n_queries=36, min_docs=6, max_docs=30, n_features=6, seed=3)
+data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
+model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)
+cfg = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,
+                lanes_per_query=0.3)
+sim = Simulator(data, model, cfg, warmup_policy=BM25(data))
+policy = EBRank(data, epsilon=20.0, min_impressions=2, fit={"max_epochs": 5, "batch_size": 32})
+keys = [jax.random.PRNGKey(s) for s in (1, 2) for _ in range(3)]
+grid = [{"epsilon": e} for _ in range(2) for e in (0.0, 1.0, 20.0)]
+results = sim.run_population(policy, keys, grid, progress=False)
+states, _ = sim.simulate_frozen(policy, keys[:4], grid[:4], n_sessions=200)
+print(json.dumps({
+    "devices": jax.device_count(),
+    "state_devices": len(states[0].stats.sharding.device_set),
+    "cum": [r.cum_ndcg["test"] for r in results], "warm": [r.warm_ndcg for r in results],
+    "cold": [r.cold_ndcg for r in results], "session_ndcg": [r.session_ndcg.tolist() for r in results],
+    "clicks": [float(r.final_states[0].stats[0].sum()) for r in results],
+}))
+"""
+
+
+def run(devices: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_four_host_devices_equal_one():
+    one, four = run(1), run(4)
+    assert one["devices"] == 1 and four["devices"] == 4
+    assert four["state_devices"] == 4  # the member axis really was split over the devices
+    assert one["clicks"] == four["clicks"]
+    np.testing.assert_array_equal(np.asarray(one["session_ndcg"]), np.asarray(four["session_ndcg"]))
+    for metric in ("cum", "warm", "cold"):
+        np.testing.assert_allclose(one[metric], four[metric], rtol=0, atol=1e-6)
