@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ltrjax.models import optim
+
 PyTree = Any
 LossFn = Callable[[PyTree, Mapping[str, jax.Array]], jax.Array]  # per-example losses [B]
 
@@ -30,6 +32,8 @@ class FitConfig:
     max_epochs: int = 200
     patience: int = 20
     min_examples: int = 1
+    clip_norm: float | None = None
+    weight_decay: float = 0.0
 
     @classmethod
     def from_mapping(cls, cfg) -> "FitConfig":
@@ -38,10 +42,7 @@ class FitConfig:
 
 
 def make_optimizer(cfg: FitConfig) -> optax.GradientTransformation:
-    factories = {"adam": optax.adam, "sgd": optax.sgd, "adagrad": optax.adagrad, "adamw": optax.adamw}
-    if cfg.optimizer not in factories:
-        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {sorted(factories)}")
-    return factories[cfg.optimizer](cfg.learning_rate)
+    return optim.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.clip_norm, cfg.weight_decay)
 
 
 def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | None = None) -> dict[str, np.ndarray]:

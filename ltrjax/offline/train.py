@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ltrjax.models import optim
 from ltrjax.offline.estimators.base import Estimator
 
 
@@ -47,20 +48,8 @@ class FitResult:
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    parts = []
-    if cfg.clip_norm:
-        parts.append(optax.clip_by_global_norm(cfg.clip_norm))
-    if cfg.weight_decay:
-        parts.append(optax.add_decayed_weights(cfg.weight_decay))
-    if cfg.optimizer == "adam":
-        parts.append(optax.adam(cfg.learning_rate))
-    elif cfg.optimizer == "adagrad":
-        parts.append(optax.adagrad(cfg.learning_rate))
-    elif cfg.optimizer == "sgd":
-        parts.append(optax.sgd(cfg.learning_rate))
-    else:
-        raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
-    return optax.chain(*parts)
+    """The shared factory (``ltrjax.models.optim``), chained so optimizer states keep one structure."""
+    return optax.chain(optim.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.clip_norm, cfg.weight_decay))
 
 
 def _mask_rows(a, valid):
