@@ -13,12 +13,19 @@ from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import behaviour as behav
 from ltrjax.runner import make_policy
+from ltrjax.online.policies.base import QueryView
 from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.policies.counterfactual import CFEpsilon, CFRandomK, CFTopK, CounterfactualL2
+from ltrjax.online.policies.counterfactual import CFEpsilon, CFHyper, CFRandomK, CFTopK, CounterfactualL2
 from ltrjax.online.policies.prior import Prior
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
-from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference, shared_policy_noise
+from tests.reference.online_loop import (
+    COUNTER_NAMES,
+    assert_matches_reference,
+    make_counters,
+    run_reference,
+    shared_policy_noise,
+)
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
@@ -140,7 +147,7 @@ def test_concat_cold_scores_ignore_live_counters(toy):
     for feature in ("cn", "delta"):
         policy = CFTopK(data, setting="concat", behaviour=feature)
         params = policy.init(jax.random.PRNGKey(0), data)
-        assert abs(float(policy.hyper(params)["w_b"])) > 1e-3
+        assert abs(float(policy.w_b(params))) > 1e-3
         cold_busy = policy.test_scores(params, bucket, busy, warm=False)
         np.testing.assert_array_equal(cold_busy, policy.test_scores(params, bucket, empty, warm=False))
         # cold = f([x_nb, unseen x_b]) from the full model; warm = f([x_nb, live x_b])
@@ -182,7 +189,7 @@ def test_prior_fills_unseen_documents_with_h(toy):
     warm = policy.test_scores(params, bucket, counters, warm=True)
     np.testing.assert_allclose(warm, g, rtol=1e-5, atol=1e-6)
     # the logging scores are the same function of the live counters
-    np.testing.assert_allclose(policy.doc_scores(policy.prepare(params, bucket), counters, policy.hyper(params)),
+    np.testing.assert_allclose(policy.doc_scores(policy.prepare(params, bucket), counters, policy.w_b(params)),
                                warm, rtol=1e-6)
     # an unseen document's x_b is h(x_nb), not the unseen value 0
     g_zero = policy.model(params["model"], jnp.concatenate([bucket.features, jnp.zeros(shape + (1,))], -1))
@@ -195,10 +202,22 @@ def test_epsilon_is_a_traced_hyper_parameter(toy):
     data, _ = toy
     policy = CFEpsilon(data, setting="concat")
     params = policy.init(jax.random.PRNGKey(0), data)
-    assert float(policy.hyper(params)["epsilon"]) == 1.0
-    assert float(policy.hyper(policy.with_hyper(params, epsilon=10))["epsilon"]) == 10.0
-    with pytest.raises(ValueError):
-        policy.with_hyper(params, beta=1.0)
+    assert set(params) == {"model"}  # epsilon is a hyper-parameter, not a parameter
+    assert type(policy.default_hyper()) is CFHyper and float(policy.default_hyper().epsilon) == 1.0
+    assert float(policy.make_hyper(epsilon=10).epsilon) == 10.0
+    with pytest.raises(ValueError, match="beta"):
+        policy.make_hyper(beta=1.0)
+    # the noise scale is read from the session's hyper-parameters: one jitted scorer serves every epsilon
+    bucket = data.buckets[0]
+    view = QueryView(aux=policy.prepare(params, bucket)[0], hyper=policy.make_hyper(epsilon=0.0), params=params,
+                     counters=DocCounters.zeros((bucket.width,)), n_entered=jnp.int32(3), issue_count=jnp.int32(1))
+    scores = jax.jit(policy.session_scores)
+    key = jax.random.PRNGKey(3)
+    base = np.asarray(scores(view, key))
+    noisy = np.asarray(scores(view._replace(hyper=policy.make_hyper(epsilon=10.0)), key))
+    np.testing.assert_allclose(noisy - base, 10.0 * np.asarray(jax.random.uniform(key, base.shape)), rtol=1e-5,
+                               atol=1e-5)
+    assert scores._cache_size() == 1
     with pytest.raises(ValueError):
         CounterfactualL2(data, serving="softmax")
     with pytest.raises(ValueError):
@@ -206,7 +225,7 @@ def test_epsilon_is_a_traced_hyper_parameter(toy):
 
 
 # --------------------------------------------------------------------------- vectorized == reference
-def numpy_cf_scores(policy, params, x, c, noise):
+def numpy_cf_scores(policy, params, hyper, x, c, noise):
     """CF linear model (+ LeakyReLU) on [x_nb, C/E] in NumPy, plus epsilon-noise."""
     dense = params["model"]["params"]["Dense_0"]
     kernel, bias = np.asarray(dense["kernel"])[:, 0], np.asarray(dense["bias"])[0]
@@ -216,7 +235,7 @@ def numpy_cf_scores(policy, params, x, c, noise):
         z = z + kernel[N_FEATURES] * np.where(e > 0, c["clicks"] / np.where(e > 0, e, 1), 0).astype(np.float32)
     s = np.where(z >= 0, z, np.float32(0.01) * z)
     if policy.serving == "epsilon":
-        s = s + np.float32(params["epsilon"]) * noise
+        s = s + np.float32(hyper.epsilon) * noise
     return s
 
 
@@ -225,7 +244,7 @@ def cf_scorer(policy, run_key):
     def make(params, draws, inputs):
         def score(i, q, docs, counters):
             noise = shared_policy_noise(run_key, int(draws.session[i]), inputs["width"][q])[: len(docs)]
-            return numpy_cf_scores(policy, params, inputs["features"][q][docs], counters, noise)
+            return numpy_cf_scores(policy, params, inputs["hyper"], inputs["features"][q][docs], counters, noise)
         return score
     return make
 

@@ -9,9 +9,10 @@ from scipy.special import betaln
 from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import QuerySet
-from ltrjax.online.policies.base import QueryView
+from ltrjax.online.policies.base import NoHyper, QueryView, update_one
 from ltrjax.online.policies.ebrank import (
     EBRank,
+    EBRankHyper,
     EBRankOnlyBehaviour,
     EBRankOnlyPrior,
     beta_statistics,
@@ -104,11 +105,15 @@ def test_session_and_test_scores(toy, statistic):
     r_hat = (c + alpha) / (n + alpha + 5.0)
     np.testing.assert_allclose(policy.test_scores(params, bucket, counters, True), r_hat, rtol=1e-5)
     np.testing.assert_allclose(policy.test_scores(params, bucket, counters, False), alpha / (alpha + 5.0), rtol=1e-5)
-    view = QueryView(aux=jnp.asarray(alpha[0]), hyper=params["epsilon"],
+    view = QueryView(aux=jnp.asarray(alpha[0]), hyper=policy.default_hyper(), params=params,
                      counters=jax.tree_util.tree_map(lambda a: a[0], counters), n_entered=jnp.int32(3),
                      issue_count=jnp.int32(1))
     want = r_hat[0] + 7.0 * r_hat[0] / (e[0] + alpha[0] + 5.0) ** 2
     np.testing.assert_allclose(policy.session_scores(view, jax.random.PRNGKey(0)), want, rtol=1e-5)
+    # epsilon comes from the view's typed hyper-parameters, not from the constructor
+    other = view._replace(hyper=policy.make_hyper(epsilon=3.0))
+    np.testing.assert_allclose(policy.session_scores(other, jax.random.PRNGKey(0)),
+                               r_hat[0] + 3.0 * r_hat[0] / (e[0] + alpha[0] + 5.0) ** 2, rtol=1e-5)
     # ablations
     prior_only = EBRankOnlyPrior(toy, statistic=statistic)
     np.testing.assert_allclose(prior_only.session_scores(view, None), alpha[0] / (alpha[0] + 5.0), rtol=1e-5)
@@ -117,18 +122,26 @@ def test_session_and_test_scores(toy, statistic):
     np.testing.assert_array_equal(behav.test_scores((), bucket, counters, False), 0.0)
 
 
-def test_with_hyper_changes_only_epsilon(toy):
+def test_make_hyper_changes_only_epsilon(toy):
     policy = EBRank(toy, epsilon=20.0)
     params = policy.init(jax.random.PRNGKey(0), toy)
-    new = policy.with_hyper(params, epsilon=0.5)
-    assert float(new["epsilon"]) == 0.5 and float(params["epsilon"]) == 20.0
-    assert float(policy.hyper(new)) == 0.5
-    for a, b in zip(jax.tree_util.tree_leaves(params["prior"]), jax.tree_util.tree_leaves(new["prior"])):
-        np.testing.assert_array_equal(a, b)
-    assert set(new) == set(params)
-    assert policy.with_hyper(params) is params
-    with pytest.raises(ValueError):
-        policy.with_hyper(params, gamma=1.0)
+    assert set(params) == {"prior"}  # the hyper-parameters are not parameters
+    default = policy.default_hyper()
+    new = policy.make_hyper(epsilon=0.5)
+    assert type(new) is type(default) is EBRankHyper is policy.Hyper
+    assert float(new.epsilon) == 0.5 and float(default.epsilon) == 20.0
+    assert jnp.asarray(new.epsilon).dtype == jnp.float32  # a traced leaf: a grid shares one compilation
+    assert [float(x) for x in jax.tree_util.tree_leaves(new)] == [0.5]  # epsilon is its only field
+    assert jax.tree_util.tree_structure(new) == jax.tree_util.tree_structure(default)  # stackable members
+    assert float(policy.make_hyper().epsilon) == 20.0  # no values: the configured ones
+    with pytest.raises(ValueError, match="gamma"):
+        policy.make_hyper(gamma=1.0)
+    with pytest.raises(ValueError, match="gamma"):
+        policy.make_hyper(epsilon=1.0, gamma=1.0)
+    # the ablations that rank without exploration have no hyper-parameters
+    assert type(EBRankOnlyBehaviour(toy).default_hyper()) is NoHyper
+    with pytest.raises(ValueError, match="epsilon"):
+        EBRankOnlyBehaviour(toy).make_hyper(epsilon=1.0)
 
 
 # --------------------------------------------------------------------------- simulation
@@ -156,7 +169,8 @@ def test_short_simulation_stays_finite(toy, statistic):
 # --------------------------------------------------------------------------- the prior learns
 def test_trained_prior_recovers_beta_binomial_mle():
     """Documents with R ~ Beta(0.5 + 4 x0, 5) and 200 Bernoulli(R) clicks each: training through
-    ``EBRank.update`` learns alpha increasing in x0 (near the truth), flat in a noise feature."""
+    ``update_one`` (``EBRank.update_population`` with one member) learns alpha increasing in x0 (near the
+    truth), flat in a noise feature."""
     rng = np.random.default_rng(0)
     n_queries, n_docs, n = 300, 10, 200
     x = rng.uniform(size=(n_queries * n_docs, 2)).astype(np.float32)
@@ -181,7 +195,8 @@ def test_trained_prior_recovers_beta_binomial_mle():
                            exposure=shown, alpha_sum=shown, beta_sum=jnp.zeros_like(shown))
     policy = EBRank(data, beta=5.0, fit={"max_epochs": 200, "learning_rate": 0.05, "patience": 20})
     before = policy.init(jax.random.PRNGKey(0), data)
-    after, info = policy.update(jax.random.PRNGKey(1), before, data, (counters,), (bucket.doc_mask,), None)
+    after, info = update_one(policy, jax.random.PRNGKey(1), before, policy.default_hyper(), data, (counters,),
+                             (bucket.doc_mask,), None)
     assert info["n_train"] == 2400 and info["n_val"] == 600
 
     grid = jnp.array([[0.0, 0.5], [0.5, 0.5], [1.0, 0.5], [0.5, 0.0], [0.5, 1.0]])

@@ -14,12 +14,12 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import multileaving as ml
 from ltrjax.online import plackett_luce as pl
 from ltrjax.runner import make_policy
-from ltrjax.online.policies.base import QueryView, SessionLog
+from ltrjax.online.policies.base import QueryView, SessionLog, update_one
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.dbgd import DBGD, MGD, key_words, session_keys, unit_directions
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import update_points
-from ltrjax.online.simulator import SimConfig, Simulator, policy_key, trial_keys
+from ltrjax.online.simulator import SimConfig, Simulator, policy_key, resolve_hyper, trial_keys
 from ltrjax.online.state import DocCounters
 from tests.reference.online_loop import reference_warmup, run_sessions
 from tests.toy_data import toy_queryset
@@ -311,8 +311,8 @@ def one_query_view(policy, params, data, q=0, n_entered=6):
     row = int(data.row_of_query[q])
     aux = jax.tree_util.tree_map(lambda a: a[row], policy.prepare(params, bucket, None))
     counters = DocCounters.zeros((bucket.width,))
-    return QueryView(aux=aux, hyper=policy.hyper(params), counters=counters, n_entered=jnp.int32(n_entered),
-                     issue_count=jnp.int32(1))
+    return QueryView(aux=aux, hyper=policy.default_hyper(), params=params, counters=counters,
+                     n_entered=jnp.int32(n_entered), issue_count=jnp.int32(1))
 
 
 def session(policy, view, key, clicked_fn):
@@ -362,6 +362,8 @@ def test_dbgd_mgd_updates(toy):
     q = int(np.flatnonzero(data.split_of_query == 0)[0])  # a training query
     dbgd, mgd1 = DBGD(data, learning_rate=0.1), MGD(data, n_candidates=1, learning_rate=0.1)
     params = dbgd.init(jax.random.PRNGKey(0), data)
+    hyper = dbgd.default_hyper()
+    assert set(params) == {"w"} and hyper.learning_rate == np.float32(0.1)
     view = one_query_view(dbgd, params, data, q)
     key = key_with_pick(dbgd, view, 1)
     # MGD with one candidate is DBGD: same list, same record, same update
@@ -373,9 +375,13 @@ def test_dbgd_mgd_updates(toy):
     for a, b in zip(jax.tree_util.tree_leaves(rec_d), jax.tree_util.tree_leaves(rec_m)):
         np.testing.assert_array_equal(a, b)
     assert bool(rec_d[2]["win"][0]), "the candidate got every click"
-    new_d, info = dbgd.update(None, params, data, None, None, single_log(q, *rec_d))
-    new_m, _ = mgd1.update(None, params, data, None, None, single_log(q, *rec_m))
+    new_d, info = dbgd.update(None, params, hyper, data, None, None, single_log(q, *rec_d))
+    new_m, _ = mgd1.update(None, params, mgd1.default_hyper(), data, None, None, single_log(q, *rec_m))
     np.testing.assert_array_equal(new_d["w"], new_m["w"])
+    # a population of one retrains the same (the default ``update_population`` calls ``update`` per member)
+    new_p, info_p = update_one(dbgd, jax.random.PRNGKey(0), params, hyper, data, None, None, single_log(q, *rec_d))
+    np.testing.assert_array_equal(new_p["w"], new_d["w"])
+    assert info_p == info
     # candidate gets all clicks: Delta w = eta delta u, |Delta w| = eta delta
     u = unit_directions(session_keys(key_words(key))[0], 1, dbgd.n_in)[0]
     np.testing.assert_allclose(new_d["w"] - params["w"], 0.1 * u, rtol=1e-5, atol=1e-7)
@@ -383,7 +389,7 @@ def test_dbgd_mgd_updates(toy):
     assert info["updates"] == 1
     # no clicks: w unchanged; current ranker gets the clicks: w unchanged
     for fn in (lambda shown, teams: np.zeros(len(shown), bool), lambda shown, teams: teams[: len(shown)] == 0):
-        new, info = dbgd.update(None, params, data, None, None, single_log(q, *session(dbgd, view, key, fn)))
+        new, info = dbgd.update(None, params, hyper, data, None, None, single_log(q, *session(dbgd, view, key, fn)))
         np.testing.assert_array_equal(new["w"], params["w"])
         assert info["updates"] == 0
     # a validation/test query does not train unless all_splits
@@ -391,12 +397,13 @@ def test_dbgd_mgd_updates(toy):
     view_t = one_query_view(dbgd, params, data, q_test)
     log_t = single_log(q_test, *session(dbgd, view_t, key_with_pick(dbgd, view_t, 1), cand_clicks))
     assert bool(log_t.record["win"][0, 0])
-    np.testing.assert_array_equal(dbgd.update(None, params, data, None, None, log_t)[0]["w"], params["w"])
-    assert not np.array_equal(DBGD(data, all_splits=True).update(None, params, data, None, None, log_t)[0]["w"],
-                              params["w"])
+    np.testing.assert_array_equal(dbgd.update(None, params, hyper, data, None, None, log_t)[0]["w"], params["w"])
+    every_split = DBGD(data, all_splits=True)
+    assert not np.array_equal(every_split.update(None, params, hyper, data, None, None, log_t)[0]["w"], params["w"])
     # MGD: the mean of the winners' directions
-    mgd = MGD(data, n_candidates=4, learning_rate=0.5)
-    params = {**mgd.init(jax.random.PRNGKey(1), data), "learning_rate": jnp.float32(0.5)}
+    mgd = MGD(data, n_candidates=4)  # the learning rate comes from the hyper-parameters, not the constructor's 0.1
+    params = mgd.init(jax.random.PRNGKey(1), data)
+    hyper = mgd.make_hyper(learning_rate=0.5)
     view = one_query_view(mgd, params, data, q)
     winners_clicks = lambda shown, teams: np.isin(teams[: len(shown)], [1, 3])  # noqa: E731
     for seed in range(20):
@@ -406,7 +413,7 @@ def test_dbgd_mgd_updates(toy):
             continue
         win = np.asarray(rec[2]["win"])
         u = np.asarray(unit_directions(session_keys(key_words(key))[0], 4, mgd.n_in))
-        new, _ = mgd.update(None, params, data, None, None, single_log(q, *rec))
+        new, _ = mgd.update(None, params, hyper, data, None, None, single_log(q, *rec))
         np.testing.assert_allclose(new["w"] - params["w"], 0.5 * u[win].mean(0), rtol=1e-5, atol=1e-7)
         assert set(np.flatnonzero(win)) <= {0, 2}
         break
@@ -551,8 +558,9 @@ def mgd_steps(policy, out, shown, clicked):
     return steps
 
 
-def reference_trial(sim, policy, key, make_draws, make_scorer, steps_of):
-    """The trial one session at a time (shared draws), with the §3.6 learner recomputed in NumPy."""
+def reference_trial(sim, policy, key, make_draws, make_scorer, steps_of, hyper=None):
+    """The trial one session at a time (shared draws), with the §3.6 learner recomputed in NumPy (eta_0 from the
+    member's hyper-parameters, resolved as ``Simulator.run`` does)."""
     data, cfg = sim.data, sim.config
     keys, main, inputs, ref, common, uniforms = reference_warmup(sim, key)
     w = np.asarray(policy.init(keys.policy, data)["w"], np.float64)
@@ -571,7 +579,7 @@ def reference_trial(sim, policy, key, make_draws, make_scorer, steps_of):
         train = (data.split_of_query[seg.query] == 0) | policy.all_splits
         pending += [(t and upd, step) for t, (upd, step) in zip(train, steps_of(policy, out, shown, clicked))]
         if cfg.retrains_after(i):
-            eta, new_w = policy.learning_rate, w.copy()
+            eta, new_w = float(resolve_hyper(policy, hyper).learning_rate), w.copy()
             for upd, step in pending:  # one session after the other, as the classic learner would
                 if upd:
                     new_w += eta * step
@@ -581,19 +589,19 @@ def reference_trial(sim, policy, key, make_draws, make_scorer, steps_of):
     return np.concatenate(shown_all), np.concatenate(clicked_all), weights
 
 
-@pytest.mark.parametrize("make", [
-    lambda d: PDGD(d, decay=0.99),
-    lambda d: PDGD(d, setting="concat", decay=0.99),
-    lambda d: MGD(d, n_candidates=3, setting="concat", decay=0.99, learning_rate=0.5),
-], ids=["pdgd", "pdgd_concat", "mgd_concat"])
-def test_vectorized_equals_numpy_learner(toy, make):
+@pytest.mark.parametrize("make, hyper", [
+    (lambda d: PDGD(d, decay=0.99), None),
+    (lambda d: PDGD(d, setting="concat", decay=0.99), {"learning_rate": 0.3}),
+    (lambda d: MGD(d, n_candidates=3, setting="concat", decay=0.99, learning_rate=0.5), None),
+], ids=["pdgd", "pdgd_concat_lr0.3", "mgd_concat"])
+def test_vectorized_equals_numpy_learner(toy, make, hyper):
     data, sim = toy
     policy = make(data)
     keeper = Keeper(policy)
     key = jax.random.PRNGKey(4)
-    result = sim.run(policy, key, progress=False, keep_logs=True)
+    result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
     fns = (pdgd_draws, pdgd_scorer, pdgd_steps) if isinstance(policy, PDGD) else (mgd_draws, mgd_scorer, mgd_steps)
-    shown, clicked, weights = reference_trial(sim, policy, key, *fns)
+    shown, clicked, weights = reference_trial(sim, policy, key, *fns, hyper=hyper)
     np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
     np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)
     assert len(keeper.weights) == len(weights) == 2

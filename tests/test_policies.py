@@ -11,7 +11,7 @@ from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.runner import make_policy, tune_grid
 from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.simulator import SimConfig, Simulator
+from ltrjax.online.simulator import SimConfig, Simulator, compiled
 from tests.toy_data import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -50,7 +50,7 @@ def test_trials_reuse_compiled_segments(sim):
     policy, _ = make_policy("ebrank", algorithm_config("ebrank"), sim.data)
     for seed in range(3):
         sim.run(policy, jax.random.PRNGKey(seed), progress=False)
-    assert sim._segment_fn(policy)._cache_size() == 1
+    assert compiled(policy)["segment"]._cache_size() == 1
 
 
 def test_fit_overrides_large_replace_only_matching_fit_fields(sim):

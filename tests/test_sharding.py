@@ -32,10 +32,10 @@ results = sim.run_population(policy, keys, grid, progress=False)
 states, _ = sim.simulate_frozen(policy, keys[:4], grid[:4], n_sessions=200)
 print(json.dumps({
     "devices": jax.device_count(),
-    "state_devices": len(states[0].stats.sharding.device_set),
+    "state_devices": len(states[0].counters.clicks.sharding.device_set),
     "cum": [r.cum_ndcg["test"] for r in results], "warm": [r.warm_ndcg for r in results],
     "cold": [r.cold_ndcg for r in results], "session_ndcg": [r.session_ndcg.tolist() for r in results],
-    "clicks": [float(r.final_states[0].stats[0].sum()) for r in results],
+    "clicks": [float(r.final_states[0].counters.clicks.sum()) for r in results],
 }))
 """
 

@@ -10,17 +10,23 @@ import pytest
 from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import behaviour as behav
+from ltrjax.online import step as step_lib
 from ltrjax.online.policies.base import Policy
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.random_k import RandomK
+from ltrjax.online.schedule import SessionDraws
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from tests.reference.online_loop import (
+    COUNTER_NAMES,
     assert_matches_reference,
     bm25_scorer,
     ebrank_scorer,
     random_k_scorer,
+    reference_inputs,
+    reference_state,
     run_reference,
+    run_sessions,
 )
 from tests.toy_data import toy_queryset
 
@@ -123,3 +129,104 @@ def test_refreshes_records_and_logs_match_reference(setup):
     assert np.unique(np.concatenate([log.record["top_score"] for log in result.logs])).size > 1
     with pytest.raises(ValueError, match="multiple"):
         SimConfig.from_mapping({"n_updates": 4, "refreshes": 6})
+
+
+# --------------------------------------------------------------------------- one step on its own
+def step_plan(rng, bucket, n_steps, n_lanes, pool):
+    """Random lane inputs of ``n_steps`` steps: each lane idle (p = 1/4) or one of ``pool``'s rows, never two lanes
+    on one row in a step; entries with p = 1/2. Returns rows, enter, valid ``[steps, lanes]``."""
+    rows = np.full((n_steps, n_lanes), bucket.n_queries, np.int32)
+    valid = rng.random((n_steps, n_lanes)) >= 0.25
+    valid[0, -1] = False  # at least one idle lane, and one step with every lane busy
+    valid[1] = True
+    for t in range(n_steps):
+        rows[t, valid[t]] = rng.choice(pool, int(valid[t].sum()), replace=False)
+    enter = (rng.random((n_steps, n_lanes)) < 0.5) & valid
+    return rows, enter, valid
+
+
+@pytest.mark.parametrize("make_policy", [
+    lambda d: EBRank(d, epsilon=20.0),
+    lambda d: RandomK(d),
+], ids=["ebrank", "random_k"])
+def test_session_step_equals_reference(setup, make_policy):
+    """``step.session_step`` alone, jitted, on hand-built lane inputs of one bucket: every step's shown lists,
+    clicks and NDCG, and the counters, entries and issue counts after it, equal the NumPy reference on the same
+    uniforms (idle lanes change nothing and show nothing; a full query cannot take another document; a query
+    with fewer than K documents entered shows empty slots)."""
+    data, _, sim = setup
+    policy = make_policy(data)
+    key = jax.random.PRNGKey(5)
+    keys = trial_keys(key)
+    b, n_steps, n_lanes, top_k = 1, 8, 3, sim.config.top_k
+    bucket = data.buckets[b]
+    states = sim.init_states(keys.init)
+    params = policy.init(keys.policy, data)
+    hyper = policy.make_hyper(epsilon=7.0) if isinstance(policy, EBRank) else policy.default_hyper()
+    query_index = np.asarray(bucket.query_index)
+    n_docs = np.asarray(bucket.n_docs)
+
+    rng = np.random.default_rng(0)
+    full, few = 0, 1  # run only in step 2
+    pool = np.arange(2, 7)  # five rows share three lanes in the other steps: queries change lanes between steps
+    rows_used = np.concatenate([[full, few], pool])
+    state = states[b]
+    state = state.replace(n_entered=state.n_entered.at[full].set(int(n_docs[full])).at[few].set(2))
+    states[b] = state
+    ref = reference_state(data, states)
+    assert ref.n_entered[query_index[full]] == n_docs[full] and ref.n_entered[query_index[few]] == 2
+    inputs = reference_inputs(data, np.asarray(sim.discount))
+    click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
+    rows, enter, valid = step_plan(rng, bucket, n_steps, n_lanes, pool)
+    enter[2, :] = valid[2, :] = True
+    rows[2, :] = [full, few, 2]  # the full query tries to take a document; the short one shows empty slots
+    uniforms = rng.random((n_steps, n_lanes, 1, top_k), dtype=np.float32)
+    session = (1000 + np.arange(n_steps * n_lanes, dtype=np.int32)).reshape(n_steps, n_lanes)
+    if isinstance(policy, EBRank):
+        make = lambda draws: ebrank_scorer(params, hyper, policy.beta, inputs["features"])  # noqa: E731
+    else:
+        make = lambda draws: random_k_scorer(keys.run, draws, inputs["width"])  # noqa: E731
+
+    consts = step_lib.segment_constants(policy, params, hyper, state, bucket, sim.gains[b], sim.idcg[b])
+    step = jax.jit(step_lib.session_step, static_argnums=0)
+    untouched = np.setdiff1d(np.arange(bucket.n_queries), rows_used)
+    before = jax.device_get(state)
+    for t in range(n_steps):
+        x = step_lib.SessionInputs(rows=rows[t], enter=enter[t], session=session[t], uniforms=uniforms[t],
+                                   valid=valid[t])
+        state, out = step(policy, sim.protocol, consts, state, x, keys.run)
+        out = jax.device_get(out)
+        lanes = np.flatnonzero(valid[t])
+        draws = SessionDraws(query=query_index[rows[t, lanes]], enter=enter[t, lanes], session=session[t, lanes])
+        ndcg, shown, clicked = run_sessions(ref, draws, make(draws), inputs["gains"], inputs["n_docs"],
+                                            inputs["idcg"], click, top_k, uniforms[t, lanes], np.asarray(sim.discount))
+        np.testing.assert_array_equal(out.shown[lanes], shown)
+        np.testing.assert_array_equal(out.clicks[lanes], clicked)
+        np.testing.assert_allclose(out.ndcg[lanes], ndcg, rtol=1e-5, atol=1e-6)
+        idle = ~valid[t]
+        assert np.all(out.shown[idle] == -1) and not out.clicks[idle].any() and np.all(out.ndcg[idle] == 0)
+        host = jax.device_get(state)
+        for r in rows_used:
+            q = query_index[r]
+            assert int(host.n_entered[r]) == ref.n_entered[q] and int(host.issue_count[r]) == ref.issue_count[q]
+            for i, name in enumerate(COUNTER_NAMES):
+                np.testing.assert_array_equal(host.stats[i, r, : n_docs[r]], ref.counters[name][q])
+        # a document that entered in this step records the session; idle lanes and other rows are untouched
+        for lane in lanes:
+            r = rows[t, lane]
+            if enter[t, lane] and ref.n_entered[query_index[r]] > int(before.n_entered[r]):
+                assert int(host.entry_session[r, host.n_entered[r] - 1]) == session[t, lane]
+        if t == 2:  # the full query stays full; the short one has 3 documents: two empty slots
+            assert int(host.n_entered[full]) == n_docs[full] and int(host.n_entered[few]) == 3
+            assert np.sum(out.shown[1] == -1) == top_k - 3 and not out.clicks[1, 3:].any()
+        before = host
+    assert np.asarray(out.shown).shape == (n_lanes, top_k)
+    initial = jax.device_get(states[b])
+    np.testing.assert_array_equal(before.stats[:, untouched], initial.stats[:, untouched])
+    for name in ("n_entered", "issue_count", "entry_session"):
+        np.testing.assert_array_equal(getattr(before, name)[untouched], getattr(initial, name)[untouched])
+    np.testing.assert_array_equal(before.stats[:, -1], 0.0)  # the scratch row absorbs idle lanes' zero updates
+    np.testing.assert_array_equal(before.n_entered[-1], initial.n_entered[-1])
+    # the steps did something: clicks happened and documents entered
+    assert sum(float(ref.counters["clicks"][query_index[r]].sum()) for r in rows_used) > 0
+    assert any(before.entry_session[r].max() >= 1000 for r in pool)

@@ -19,12 +19,12 @@ from ltrjax.models.mc_dropout import (
     mc_dropout_scores,
     mc_samples,
 )
-from ltrjax.models.train import FitConfig, fit_early_stopped, make_fit
+from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
 from ltrjax.runner import make_policy
-from ltrjax.online.policies.base import QueryView
+from ltrjax.online.policies.base import QueryView, update_one
 from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.policies.ucbrank import UCBRank, ucb_bonus
+from ltrjax.online.policies.ucbrank import UCBHyper, UCBRank, ucb_bonus
 from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN
@@ -119,7 +119,7 @@ def test_mc_dropout_std_shrinks_with_training_data():
     dim = 20
     model = MCDropoutMLP(dim)
     cfg = FitConfig(optimizer="adam", learning_rate=0.01, batch_size=500, max_epochs=30, patience=30)
-    fit = make_fit(model.loss, cfg)
+    fit = MemberFit(model.loss, cfg)
     rng = np.random.default_rng(0)
 
     def target(x):
@@ -136,7 +136,10 @@ def test_mc_dropout_std_shrinks_with_training_data():
     stds = {}
     for name, train in (("50", examples(50)), ("50x100", examples(50, 100)), ("5000", examples(5000))):
         val = {"features": train["features"], "target": train["target"]}  # no seed: dropout-free validation
-        params, _ = fit_early_stopped(fit, cfg, params0, train, val, jax.random.PRNGKey(1), "t", (5000, 5000))
+        one = jax.tree_util.tree_map(lambda a: a[None], params0)  # a population of one member
+        params, infos = fit_members(fit, one, [train], [val], jax.random.PRNGKey(1)[None], "t", (5000, 5000))
+        params = jax.tree_util.tree_map(lambda a: a[0], params)
+        assert not infos[0].get("skipped") and infos[0]["n_train"] == len(train["target"])
         stds[name] = float(jnp.mean(model.mc_scores(params, held_out, jax.random.PRNGKey(2))[1]))
     # MC dropout with a fixed rate does not concentrate (the std falls, but not towards 0)
     assert stds["5000"] < 0.8 * stds["50"], stds
@@ -157,7 +160,7 @@ def test_strategies_on_hand_made_inputs(toy):
     score = jnp.array([0.3, 0.9, 0.1, 0.5])
     aux = {"score": score, "std": jnp.array([0.5, 0.0, 1.0, 0.1]), "shown": jnp.array([True, True, False, True])}
     counters = make_counters(impressions=[4, 1, 0, 9], alpha_sum=[2, 0.5, 0, 4])
-    view = QueryView(aux=aux, hyper={"exploration": jnp.float32(0.5)}, counters=counters,
+    view = QueryView(aux=aux, hyper=UCBHyper(exploration=jnp.float32(0.5)), params=None, counters=counters,
                      n_entered=jnp.int32(4), issue_count=jnp.int32(7))
     key = jax.random.PRNGKey(5)
     u = jax.random.uniform(key, (4,))
@@ -183,10 +186,14 @@ def test_strategies_on_hand_made_inputs(toy):
     # lambda is a traced hyper-parameter
     policy = UCBRank(data, exploration=0.5)
     params = policy.init(jax.random.PRNGKey(0), data)
-    assert float(policy.hyper(policy.with_hyper(params, exploration=10))["exploration"]) == 10.0
-    assert float(policy.hyper(params)["exploration"]) == 0.5
-    with pytest.raises(ValueError):
-        policy.with_hyper(params, epsilon=1.0)
+    assert set(params) == {"model", "dropout_key"}  # lambda is not a parameter
+    assert type(policy.default_hyper()) is UCBHyper
+    assert float(policy.make_hyper(exploration=10).exploration) == 10.0
+    assert float(policy.default_hyper().exploration) == 0.5
+    with pytest.raises(ValueError, match="epsilon"):
+        policy.make_hyper(epsilon=1.0)
+    # the scores read lambda from the view (the constructor's value is only the default)
+    np.testing.assert_allclose(UCBRank(data, exploration=7.0).session_scores(view, key), ucb, rtol=1e-6)
     for bad in ({"strategy": "softmax"}, {"setting": "mixed"}, {"ucb_center": "median"}, {"ie_unshown_bonus": "x"}):
         with pytest.raises(ValueError):
             UCBRank(data, **bad)
@@ -276,7 +283,8 @@ def test_delta_label_training_reduces_validation_mse(toy):
         return float(np.mean((np.asarray(policy.model(p["model"], bucket.features))[vali] - r[vali]) ** 2))
 
     before = val_mse(params)
-    new, info = policy.update(jax.random.PRNGKey(1), params, data, counters, entered, None)
+    new, info = update_one(policy, jax.random.PRNGKey(1), params, policy.default_hyper(), data, counters, entered,
+                           None)
     assert info["n_train"] == train_docs.sum() and info["n_val"] == vali.sum()  # shown at least once (n > 0)
     assert val_mse(new) == pytest.approx(info["val_loss"], rel=1e-4)  # validation is dropout-free
     assert val_mse(new) < 0.5 * before, (before, val_mse(new))
@@ -323,7 +331,7 @@ def ucb_scorer(policy, sim, key):
 
     def make(params, draws, inputs):
         masks = np.asarray(policy.model.masks(params["dropout_key"]))
-        lam = np.float32(params["exploration"])
+        lam = np.float32(inputs["hyper"].exploration)
 
         def score(i, q, docs, counters):
             issued[q] += 1

@@ -44,8 +44,8 @@ class DocCounters:
 class BucketState:
     """Simulation state of one size bucket; leading axis = query (+1 scratch row)."""
 
-    stats: jax.Array  # f32 [len(STAT_NAMES), Qb+1, Db] counters in entry order: one scatter updates all,
-    #                   and a gather of rows reads only the planes a policy uses
+    counters: DocCounters  # f32 [Qb+1, Db] per counter, entry order; one array per counter, so a row gather
+    #                        in the session step reads only the counters the policy uses
     n_entered: jax.Array  # i32 [Qb+1]
     issue_count: jax.Array  # i32 [Qb+1] T_q, sessions the query has been issued in
     order: jax.Array  # i32 [Qb+1, Db] entry slot j -> document slot (dataset order)
@@ -53,8 +53,9 @@ class BucketState:
     entry_session: jax.Array  # i32 [Qb+1, Db] global session index at which slot j entered (-1: initial)
 
     @property
-    def counters(self) -> DocCounters:
-        return DocCounters.unpack(self.stats)
+    def stats(self) -> jax.Array:
+        """The counters stacked plane-major, ``[len(STAT_NAMES), Qb+1, Db]`` in STAT_NAMES order."""
+        return jnp.stack([getattr(self.counters, name) for name in STAT_NAMES])
 
 
 def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, int]) -> BucketState:
@@ -73,7 +74,7 @@ def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, i
     rank = jnp.argsort(order, axis=1).astype(jnp.int32)
     pad_row = lambda a: jnp.concatenate([a, a[:1] * 0], axis=0)  # noqa: E731
     return BucketState(
-        stats=jnp.zeros((len(STAT_NAMES), n_queries + 1, width), jnp.float32),
+        counters=DocCounters.zeros((n_queries + 1, width)),
         n_entered=pad_row(n_entered),
         issue_count=jnp.zeros((n_queries + 1,), jnp.int32),
         order=pad_row(order),

@@ -88,22 +88,17 @@ def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket:
                             order=state.order)
 
 
-def one_session(policy: Policy, protocol: Protocol, view: QueryView, gains, labels, idcg, n_docs, enter, session,
-                uniforms, valid, run_key):
-    """One query's session (all arrays are that query's row); returns the view after entry and the outputs."""
+def rank_session(policy: Policy, protocol: Protocol, view: QueryView, n_docs, enter, session, valid, run_key):
+    """One query's session up to the shown list (all arrays are that query's row): maybe a document enters,
+    the policy scores the entered documents, the top K are shown. Returns (view, key, scores, shown,
+    slot_valid)."""
     n_entered = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs), view.n_entered)
     view = view._replace(n_entered=n_entered, issue_count=view.issue_count + valid)
     key = jax.random.fold_in(run_key, session)  # = simulator.policy_key
-    if protocol.device_rng:
-        uniforms = jax.random.uniform(jax.random.fold_in(key, CLICK_STREAM), (protocol.uniform_rows, protocol.top_k))
     scores = policy.session_scores(view, key)
     width = scores.shape[-1]
     shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_entered, protocol.top_k)
-    on = slot_valid & valid
-    clicked = click_lib.sample_clicks(protocol.click_model, uniforms, gains[shown], labels[shown], on)
-    ndcg = metrics.ndcg_of_ranking(shown, slot_valid, gains, idcg, protocol.discount)
-    record = policy.session_record(view, key, scores, shown, on, clicked)
-    return n_entered, shown, on, clicked, ndcg, record
+    return view, key, scores, shown, slot_valid
 
 
 def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
@@ -111,32 +106,47 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
     """Advance every lane of one bucket by one session: state in, state out.
 
     Lanes never share a query within a step (``schedule.lane_schedule``), so their counter updates
-    are one scatter without conflicts; idle lanes write into the scratch row.
+    are one scatter per counter without conflicts; idle lanes write into the scratch row. Only the
+    shown documents' gains and labels are gathered (``[lanes, K]``), never whole rows.
     """
     rows = inputs.rows
     view = QueryView(
         aux=jax.tree_util.tree_map(lambda a: a[rows], consts.aux),
         hyper=consts.hyper,
         params=consts.params,
-        counters=DocCounters.unpack(state.stats[:, rows]),  # XLA reads only the planes the policy uses
+        counters=jax.tree_util.tree_map(lambda a: a[rows], state.counters),  # XLA drops the unused gathers
         n_entered=state.n_entered[rows],
         issue_count=state.issue_count[rows],
     )
     view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0)
-    run = functools.partial(one_session, policy, protocol)
-    n_new, shown, on, clicked, ndcg, record = jax.vmap(run, in_axes=(view_axes, 0, 0, 0, 0, 0, 0, 0, 0, None))(
-        view, consts.gains[rows], consts.labels[rows], consts.idcg[rows], consts.n_docs[rows], inputs.enter,
-        inputs.session, inputs.uniforms, inputs.valid, run_key)
+    rank = jax.vmap(functools.partial(rank_session, policy, protocol), in_axes=(view_axes, 0, 0, 0, 0, None))
+    new_view, keys, scores, shown, slot_valid = rank(view, consts.n_docs[rows], inputs.enter, inputs.session,
+                                                     inputs.valid, run_key)
+    on = slot_valid & inputs.valid[:, None]
+    gains = consts.gains[rows[:, None], shown]  # [lanes, K]
+    labels = consts.labels[rows[:, None], shown]
+    uniforms = inputs.uniforms
+    if protocol.device_rng:
+        uniforms = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, CLICK_STREAM),
+                                                         (protocol.uniform_rows, protocol.top_k)))(keys)
+    clicked = click_lib.sample_clicks(protocol.click_model, uniforms, gains, labels, on)
+    dcg = jnp.sum(jnp.where(slot_valid, gains * protocol.discount[: shown.shape[-1]], 0.0), axis=-1)
+    idcg = consts.idcg[rows]
+    ndcg = jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)  # = metrics.ndcg_of_ranking
+    record = jax.vmap(policy.session_record, in_axes=(view_axes, 0, 0, 0, 0, 0))(
+        new_view, keys, scores, shown, on, clicked)
+    n_new = new_view.n_entered
 
     theta = protocol.examination
     inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
     alpha_k, beta_k = (x[: protocol.top_k] for x in click_lib.affine_terms(protocol.click_model))
     c, w = clicked.astype(jnp.float32), on.astype(jnp.float32)
-    delta = jnp.stack([c, c * inv_theta, w, w * theta, w * alpha_k, w * beta_k])  # STAT_NAMES order
+    delta = DocCounters(clicks=c, ips_clicks=c * inv_theta, impressions=w, exposure=w * theta,
+                        alpha_sum=w * alpha_k, beta_sum=w * beta_k)
     entered_now = n_new > view.n_entered
     slot = jnp.maximum(n_new - 1, 0)
     state = state.replace(
-        stats=state.stats.at[:, rows[:, None], shown].add(delta),
+        counters=jax.tree_util.tree_map(lambda a, d: a.at[rows[:, None], shown].add(d), state.counters, delta),
         n_entered=state.n_entered.at[rows].set(n_new),
         issue_count=state.issue_count.at[rows].add(inputs.valid.astype(jnp.int32)),
         entry_session=state.entry_session.at[rows, slot].set(

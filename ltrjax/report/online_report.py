@@ -44,7 +44,7 @@ def perfect_click_rates(sim: Simulator, result: TrialResult, n_bins: int) -> dic
     for bucket, state in zip(sim.data.buckets, result.final_states):
         mask = np.asarray(bucket.doc_mask)
         entered.append(np.asarray(entered_mask(state))[mask])  # entry -1 means initial only for entered docs
-        clicks.append(np.asarray(to_dataset_order(state.stats[0], state))[mask])
+        clicks.append(np.asarray(to_dataset_order(state.counters.clicks, state))[mask])
         entry.append(np.asarray(to_dataset_order(state.entry_session, state))[mask])
         doc_query.append(np.broadcast_to(np.asarray(bucket.query_index)[:, None], mask.shape)[mask])
         perfect.append((np.asarray(bucket.labels) == sim.data.y_max)[mask])

@@ -242,8 +242,8 @@ def run_reference(sim, policy, key, make_scorer, hyper=None):
             counters, entered = dataset_order_counters(data, ref)
             done = main.slice(since, int(b))
             _, shown, clicked = (np.concatenate(x) for x in zip(*outputs))
-            log = SessionLog(query=done.query, shown=shown[since - int(starts[0]):], clicks=clicked[since - int(starts[0]):],
-                             session=done.session)
+            first = since - int(starts[0])
+            log = SessionLog(query=done.query, shown=shown[first:], clicks=clicked[first:], session=done.session)
             params, info = update_one(policy, jax.random.fold_in(keys.train, i), params, hyper, data, counters,
                                       entered, log)
             n_updates += not info.get("skipped", False)

@@ -1,0 +1,143 @@
+"""A population run (``Simulator.run_population``: members as one vmapped program, retrained in one vmapped
+fit) equals running its members one by one with ``Simulator.run``."""
+
+import jax
+import numpy as np
+import pytest
+
+from ltrjax import clicks
+from ltrjax.data.layout import pad_and_bucket
+from ltrjax.online.policies.bm25 import BM25
+from ltrjax.online.policies.ebrank import EBRank
+from ltrjax.online.policies.pdgd import PDGD
+from ltrjax.online.policies.ucbrank import UCBRank
+from ltrjax.online.simulator import SPLITS, SimConfig, Simulator, compiled
+from tests.toy_data import toy_queryset
+
+# 6 refreshes, 3 models: retrains after segments 1 and 3, refreshes without a retrain in between
+CONFIG = SimConfig(sessions=360, warmup_sessions_per_query=2, n_updates=3, refreshes=6, entry_prob=0.5,
+                   min_lanes=4, lanes_per_query=0.3)
+KEYS = (jax.random.PRNGKey(1), jax.random.PRNGKey(2))
+ATOL = 1e-5  # float metrics; shown lists, clicks and counters must be equal
+
+
+@pytest.fixture(scope="module")
+def sim():
+    qs = toy_queryset(n_queries=30, min_docs=6, max_docs=24, n_features=4, seed=3)
+    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
+    assert len(data.buckets) == 2  # members' plans differ per bucket too
+    return Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
+                     warmup_policy=BM25(data))
+
+
+def grid(hypers):
+    """2 trial keys x the hyper-parameter sets: members (key, hyper), trials outermost."""
+    return [k for k in KEYS for _ in hypers], [h for _ in KEYS for h in hypers]
+
+
+def assert_same_member(got, want):
+    """One member of a population run equals the same member run alone."""
+    assert len(got.logs) == len(want.logs) == CONFIG.n_segments
+    for a, b in zip(got.logs, want.logs):
+        for field in ("query", "session", "shown", "clicks"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+        assert (a.record is None) == (b.record is None)
+        if a.record is not None:
+            for x, y in zip(jax.tree_util.tree_leaves(a.record), jax.tree_util.tree_leaves(b.record)):
+                np.testing.assert_allclose(x, y, rtol=0, atol=ATOL)
+    np.testing.assert_array_equal(got.session_query, want.session_query)
+    np.testing.assert_array_equal(got.warmup_query, want.warmup_query)
+    np.testing.assert_allclose(got.session_ndcg, want.session_ndcg, rtol=0, atol=ATOL)
+    for split in SPLITS:
+        assert got.cum_ndcg[split] == pytest.approx(want.cum_ndcg[split], rel=0, abs=ATOL)
+    assert len(got.eval_history) == len(want.eval_history) == CONFIG.n_segments
+    for a, b in zip(got.eval_history, want.eval_history):
+        for split in SPLITS:
+            for m in ("warm", "cold"):
+                assert a[split][m] == pytest.approx(b[split][m], rel=0, abs=ATOL, nan_ok=True)
+    assert got.warm_ndcg == pytest.approx(want.warm_ndcg, rel=0, abs=ATOL)
+    assert got.cold_ndcg == pytest.approx(want.cold_ndcg, rel=0, abs=ATOL)
+    for m in ("warm", "cold"):
+        np.testing.assert_allclose(got.query_ndcg[m], want.query_ndcg[m], rtol=0, atol=ATOL)
+    for a, b in zip(got.final_states, want.final_states):  # final counters (and entries, issue counts, orders)
+        for field in ("stats", "n_entered", "issue_count", "order", "entry_session"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert len(got.train_info) == len(want.train_info)
+    for a, b in zip(got.train_info, want.train_info):
+        assert a.get("skipped", False) == b.get("skipped", False)
+        for k in ("n_train", "n_val", "epochs", "updates", "sessions", "train_sessions"):
+            assert a.get(k) == b.get(k), k
+    for x, y in zip(jax.tree_util.tree_leaves(got.final_params), jax.tree_util.tree_leaves(want.final_params)):
+        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), rtol=0, atol=ATOL)
+    for x, y in zip(jax.tree_util.tree_leaves(got.hyper), jax.tree_util.tree_leaves(want.hyper)):
+        np.testing.assert_array_equal(x, y)
+
+
+def solo_runs(sim, policy, hypers):
+    """Every member of the 2 x ``hypers`` grid run alone with ``sim.run``; returns (keys, hypers, results)."""
+    keys, member_hypers = grid(hypers)
+    solo = [sim.run(policy, k, hyper=h, progress=False, keep_logs=True) for k, h in zip(keys, member_hypers)]
+    # the members really differ: per trial (draws) and per hyper-parameter set (what is shown)
+    shown = [np.concatenate([log.shown for log in r.logs]) for r in solo]
+    assert not np.array_equal(solo[0].session_query, solo[len(hypers)].session_query)
+    assert any(not np.array_equal(shown[0], shown[j]) for j in range(1, len(hypers)))
+    return keys, member_hypers, solo
+
+
+def check_population(sim, policy, keys, hypers, solo, max_members=None):
+    """``run_population`` (chunked by ``max_members``) equals ``solo``, member by member; compiles one segment
+    program per new chunk size."""
+    programs = compiled(policy)["segment"]
+    before = programs._cache_size()
+    population = sim.run_population(policy, keys, hypers, progress=False, keep_logs=True, max_members=max_members)
+    assert len(population) == len(keys)
+    for i, (got, want) in enumerate(zip(population, solo)):
+        try:
+            assert_same_member(got, want)
+        except AssertionError as err:
+            raise AssertionError(f"member {i} (max_members={max_members}) differs from its solo run") from err
+    chunk = max_members or len(keys)
+    sizes = {min(len(keys) - start, chunk) for start in range(0, len(keys), chunk)}
+    assert population[0].timings["members"] == min(len(keys), chunk)
+    assert programs._cache_size() == before + len(sizes - {1})
+
+
+@pytest.fixture(scope="module")
+def ebrank(sim):
+    """EBRank, 2 trials x 3 epsilons (None = the configured 20, a dict, a typed ``EBRankHyper``), run alone."""
+    policy = EBRank(sim.data, epsilon=20.0, min_impressions=2, fit={"max_epochs": 5, "batch_size": 32})
+    keys, hypers, solo = solo_runs(sim, policy, [{"epsilon": 0.0}, None, policy.make_hyper(epsilon=200.0)])
+    assert all(float(r.hyper.epsilon) == e for r, e in zip(solo, [0.0, 20.0, 200.0] * 2))
+    assert all(sum(not i.get("skipped") for i in r.train_info) >= 1 for r in solo)  # the priors retrained
+    assert compiled(policy)["segment"]._cache_size() == 1  # the six trials reuse one program
+    return policy, keys, hypers, solo
+
+
+def test_ebrank_population_equals_members(sim, ebrank):
+    """The six members in one population (one vmapped segment program, one vmapped prior fit)."""
+    check_population(sim, *ebrank)
+
+
+def test_ebrank_population_in_chunks_equals_members(sim, ebrank):
+    """At most 4 members at once: chunks of 4 (members of both trials) and 2."""
+    check_population(sim, *ebrank, max_members=4)
+
+
+def test_pdgd_population_equals_members(sim):
+    """Session records (PDGD coefficients) come out of the vmapped scan per member, and each member's update
+    sums its own records with its own learning rate."""
+    policy = PDGD(sim.data, decay=0.99)
+    keys, hypers, solo = solo_runs(sim, policy, [{"learning_rate": 0.1}, {"learning_rate": 0.5}])
+    assert all(info["updates"] > 0 for r in solo for info in r.train_info)
+    assert not np.allclose(solo[0].final_params["w"], solo[1].final_params["w"])  # the learning rate matters
+    check_population(sim, policy, keys, hypers, solo)
+
+
+def test_ucbrank_population_equals_members(sim):
+    """MC-dropout refreshes (a new dropout key per member and segment) and one vmapped retrain of the MLPs."""
+    policy = UCBRank(sim.data, setting="ie", fit={"max_epochs": 5, "batch_size": 64})
+    keys, hypers, solo = solo_runs(sim, policy, [{"exploration": 0.0}, {"exploration": 2.0}])
+    assert all(sum(not i.get("skipped") for i in r.train_info) >= 1 for r in solo)
+    dropout_keys = {tuple(np.asarray(r.final_params["dropout_key"]).ravel().tolist()) for r in solo}
+    assert len(dropout_keys) == 2  # members of one trial share the refresh keys, the two trials do not
+    check_population(sim, policy, keys, hypers, solo)
