@@ -2,61 +2,77 @@
 
     python benchmarks/end_to_end.py                          # MQ2007-sized synthetic data (1692 queries)
     python benchmarks/end_to_end.py --preset synthetic_mslr30k
+    python benchmarks/end_to_end.py --smoke --json           # 60 queries, 1,500 sessions, one retrain: seconds
 
-The EBRank paper's code needs about 198 s for an MQ2007-sized run on a 2-core CPU (seed-code.md §5).
+The run is what ``python -m ltrjax.run`` does for one EBRank trial (conf/config.yaml composed with Hydra:
+its sim block and click model, conf/algorithm/ebrank.yaml through ``ltrjax.runner.make_policy``, BM25
+warm-up when the data has a BM25 column), as a population of one. ``run_seconds`` splits into the trial's
+``TrialResult.timings`` (simulate: warm-up and main sessions; train: retrains; evaluate: Warm/Cold NDCG
+after every segment) and the rest (setup, results); ``compile_seconds`` is JAX's tracing, lowering and
+compile time during the run (included in the splits). The EBRank paper's code needs about 198 s for an
+MQ2007-sized run on a 2-core CPU (seed-code.md §5).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from pathlib import Path
 
-import jax
-from omegaconf import OmegaConf
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import (ONLINE_SMOKE, CompileMeter, compose, dataset_overrides, emit, load_data,  # noqa: E402
+                      machine)
 
-from ltrjax import clicks
-from ltrjax.data.layout import pad_and_bucket
-from ltrjax.data.registry import load_dataset
-from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.experiment import make_policy
-from ltrjax.online.simulator import SimConfig, Simulator
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="synthetic_mq2007")
     parser.add_argument("--queries", type=int, default=None, help="override the preset's query count")
-    parser.add_argument("--epsilon", type=float, default=20.0)
+    parser.add_argument("--epsilon", type=float, default=None, help="default: conf/algorithm/ebrank.yaml")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="60 queries, 1,500 sessions in 2 segments (one retrain)")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. sim.n_updates=10")
     args = parser.parse_args(argv)
 
+    import jax
+
+    from ltrjax.runner import build_simulator, make_policy, trial_key
+
+    overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
+    if args.smoke:
+        overrides += [o for o in ONLINE_SMOKE if not (args.queries and o.startswith("dataset.n_queries"))]
+    if args.epsilon is not None:
+        overrides.append(f"algorithms.ebrank.epsilon={args.epsilon}")
+    cfg = compose(overrides + list(args.overrides))
+
     tic = time.perf_counter()
-    cfg = OmegaConf.load(ROOT / "conf" / "dataset" / f"{args.preset}.yaml")
-    if args.queries:
-        cfg.n_queries = args.queries
-    data = pad_and_bucket(load_dataset(cfg, seed=args.seed))
+    _, data = load_data(cfg)
     t_data = time.perf_counter() - tic
-    sim_cfg = SimConfig.from_mapping(OmegaConf.load(ROOT / "conf" / "config.yaml").sim)
-    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), sim_cfg,
-                    warmup_policy=BM25(data))
-    acfg = OmegaConf.load(ROOT / "conf" / "algorithm" / "ebrank.yaml")
-    acfg.epsilon = args.epsilon
-    policy, _ = make_policy("ebrank", acfg, data)  # the configured EBRank, as `python -m ltrjax.run` builds it
-    tic = time.perf_counter()
-    result = sim.run(policy, jax.random.PRNGKey(args.seed))
-    t_run = time.perf_counter() - tic
+    sim = build_simulator(cfg, data)
+    acfg = cfg.algorithms.ebrank
+    policy, _ = make_policy("ebrank", acfg, data, cfg.get("fit_overrides"), "ebrank")
+    with CompileMeter() as compile_meter:
+        tic = time.perf_counter()
+        result = sim.run(policy, trial_key(cfg, 0), progress=not args.json)
+        jax.block_until_ready(result.final_params)
+        t_run = time.perf_counter() - tic
     warm, main_ = sim.session_counts()
-    out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_, "warmup_sessions": warm,
+    timings = {k: float(v) for k, v in result.timings.items()}
+    split = {k: timings.get(k, 0.0) for k in ("simulate", "train", "evaluate")}
+    out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_,
+           "warmup_sessions": warm if sim.warmup_policy is not None else 0,
+           "epsilon": float(policy.default_hyper().epsilon),
            "data_seconds": t_data, "run_seconds": t_run, "total_seconds": t_data + t_run,
-           "timings": result.timings, "retrains": len(result.train_info),
+           "wall_seconds": t_data + t_run, **{f"{k}_seconds": v for k, v in split.items()},
+           "other_seconds": t_run - sum(split.values()),
+           "compile_seconds": compile_meter.seconds, "compiles": compile_meter.compiles,
+           "timings": timings, "retrains": len([i for i in result.train_info if not i.get("skipped")]),
            "cum_ndcg": result.cum_ndcg["test"], "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg,
-           "device_kind": jax.devices()[0].device_kind}
-    print(json.dumps(out))
-    return out
+           **machine()}
+    return emit(out, args.json)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ Measures, on this machine:
   * preparing a trial (production ranker, top-10 lists) and training each estimator to
     convergence (early stopping on validation NDCG@10), with epochs and seconds.
 No persistent compilation cache unless --cache, so times include compilation. Writes JSON.
+``--smoke`` (for tests; seconds): the synthetic dataset unless ``--dataset`` is given, 100 queries, 20k
+logged sessions, 2k reference sessions, three estimators, 5 epochs; arguments given still win.
 """
 
 from __future__ import annotations
@@ -23,18 +25,25 @@ import time
 import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
-from offline_table import ROOT, compose  # noqa: E402
+from offline_table import ROOT, SMOKE, SMOKE_DATASET, compose  # noqa: E402
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default="synthetic_mslr10k")
-    ap.add_argument("--sessions", type=int, default=1_000_000)
-    ap.add_argument("--reference-sessions", type=int, default=20_000)
+    ap.add_argument("--dataset", default=None, help=f"default: synthetic_mslr10k (--smoke: {SMOKE_DATASET})")
+    ap.add_argument("--sessions", type=int, default=None, help="default 1,000,000 (--smoke: 20,000)")
+    ap.add_argument("--reference-sessions", type=int, default=None, help="default 20,000 (--smoke: 2,000)")
     ap.add_argument("--cache", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "outputs" / "bench_offline.json"))
+    ap.add_argument("--out", default=None, help="default: outputs/bench_offline[_smoke].json")
+    ap.add_argument("--smoke", action="store_true", help="a tiny run (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.overrides = SMOKE + args.overrides
+    args.dataset = args.dataset or (SMOKE_DATASET if args.smoke else "synthetic_mslr10k")
+    args.sessions = args.sessions or (20_000 if args.smoke else 1_000_000)
+    args.reference_sessions = args.reference_sessions or (2_000 if args.smoke else 20_000)
+    args.out = args.out or str(ROOT / "outputs" / f"bench_offline{'_smoke' if args.smoke else ''}.json")
     from ltrjax.clicks import make_click_model
     from ltrjax.offline.experiment import (enable_compilation_cache, experiment_config, load_queryset,
                                            prepare_trial, run_setting)
@@ -46,7 +55,7 @@ def main(argv=None):
     exp = experiment_config(cfg)
     exp["progress"] = False
     exp["n_sessions"] = args.sessions
-    res = {"dataset": args.dataset, "overrides": args.overrides, "cpu_count": os.cpu_count(),
+    res = {"dataset": args.dataset, "overrides": args.overrides, "smoke": args.smoke, "cpu_count": os.cpu_count(),
            "devices": [str(d) for d in jax.devices()]}
     t0 = time.perf_counter()
     qs = load_queryset(cfg, exp)

@@ -1,146 +1,250 @@
-"""Sessions per second of the vectorized EBRank simulation vs the one-session-at-a-time NumPy reference.
+"""Sessions per second of the vectorized simulation, per online family and population size, vs the NumPy reference.
 
-Both run the same policy (EBRank with a frozen prior, exploration on), the same click model and
-the same synthetic data in the same process; the ratio is what to compare across machines. Rates
-are reported per wall-clock second (``speedup``) and per CPU second of this process
-(``cpu_time_speedup``, robust to other load on a shared machine; XLA may use several threads, so
-it is the conservative one for the vectorized side).
+What is timed: ``Simulator.simulate_frozen`` (the main-phase sessions of every member with the policy frozen
+at its initial parameters: no warm-up, retraining or evaluation), best of ``--repeats`` after one compile run.
+A population of P members is P distinct trial keys (seeds), so every member has its own session plan and
+click draws. Rates are total sessions of all members per second.
 
-    python benchmarks/sessions_per_sec.py --json            # last line: a JSON object
-    python benchmarks/sessions_per_sec.py --queries 30000   # bigger
+Host work inside ``simulate_frozen``. Besides the compiled segment program it does, on the host:
+  * setup, once per call: each trial's session draws (``Simulator.session_plan``), initial states
+    (``Simulator.init_states``) and each member's policy parameters (``Policy.init``);
+  * planning, once per call: every segment's lane schedule (``Simulator.plan``);
+  * per segment: the click uniforms (NumPy PCG64), stacking the scan inputs per member, and putting the
+    outputs back in session order (``Simulator._simulate``).
+Setup and planning do not depend on the simulation state and the reference loop gets its draws and initial
+state prepared outside its timing too, so they are timed separately (the wrapped methods below, in the same
+call) and excluded from ``sessions_per_sec``: it counts the segment program and the per-segment host work.
+``wall_sessions_per_sec`` includes everything; ``program_sessions_per_sec`` counts only the compiled segment
+program (``simulator.compiled(policy)["segment"]``); the per-population ``detail`` gives every part.
+(Until the population API, this benchmark timed the initial states and the lane planning with the sessions.)
+Measured on the project's 2-core CPU while shared with other work (EBRank, 3,967 queries, all 143,474 main
+sessions): setup and planning were 17-26% of the wall time, the per-segment host work another 13-19% (it
+also gathers the session outputs, which ``simulate_frozen`` then drops). A default run took about 13 minutes
+(EBRank 3, the four other families 10), mostly population 64 and compilation.
+
+Families (``--families``) are built from conf/algorithm/<family>.yaml through ``ltrjax.runner.make_policy``:
+EBRank (``ebrank``), UCBRank-IE (``ucbrank_ie``), CFTopK-concat (``cftopk_concat``), PDGD (``pdgd``) and
+MGD (``mgd``), at population sizes ``--populations`` (default 1, 8, 64). EBRank runs ``--segments`` segments
+of the protocol (default: all ``sim.n_updates``, the whole main phase); the other families run the first
+``--family-segments`` segments of the same size (the per-session work of a segment does not depend on how
+many follow; the slow families would otherwise take many minutes at population 64).
+
+The reference is the one-session-at-a-time NumPy loop of tests/reference/online_loop.py with EBRank's NumPy
+scorer, on the same data, policy and draws (``--reference-sessions`` sessions), in the same process.
+``speedup`` = EBRank population 1 / reference, ``population_speedup`` = EBRank population 8 / reference (wall
+clock); ``cpu_time_speedup`` compares sessions per CPU second of this process (XLA may use several threads,
+so it is the conservative one, and robust to other load on a shared machine).
+
+    python benchmarks/sessions_per_sec.py --json                   # last line: a JSON object
+    python benchmarks/sessions_per_sec.py --families ebrank --populations 1,8
+    python benchmarks/sessions_per_sec.py --queries 30000          # bigger
+    python benchmarks/sessions_per_sec.py --smoke --json           # seconds, for tests (ebrank, pdgd; 1, 2)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import (CompileMeter, Stopwatch, algorithm_config, call_by_name, compose,  # noqa: E402
+                    dataset_overrides, emit, load_data, machine, timed)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from ltrjax import clicks  # noqa: E402
-from ltrjax.data.layout import pad_and_bucket  # noqa: E402
-from ltrjax.data.registry import load_dataset  # noqa: E402
-from ltrjax.online.policies.ebrank import EBRank  # noqa: E402
-from ltrjax.online.schedule import update_points  # noqa: E402
-from ltrjax.online.simulator import SimConfig, Simulator, trial_keys  # noqa: E402
-from tests.reference.online_loop import ReferenceState, ebrank_scorer, run_sessions  # noqa: E402
+FAMILIES = ("ebrank", "ucbrank_ie", "cftopk_concat", "pdgd", "mgd")
+SMOKE_FAMILIES = ("ebrank", "pdgd")  # the headline family and one learner: the test's time budget
+HEADLINE = "ebrank"
 
 
-def build(preset: str, n_queries: int, seed: int):
-    cfg = OmegaConf.load(ROOT / "conf" / "dataset" / f"{preset}.yaml")
-    cfg.n_queries = n_queries
-    qs = load_dataset(cfg, seed=seed)
-    return qs, pad_and_bucket(qs)
+def build_policy(family: str, data):
+    from ltrjax.runner import make_policy
+
+    policy, _ = make_policy(family, algorithm_config(family), data)
+    return policy
 
 
-def vectorized_rate(sim: Simulator, policy, key, repeats: int) -> tuple[float, int, dict]:
-    """Time the main phase (all segments, frozen model) after one compile run; best of ``repeats``."""
-    keys = trial_keys(key)
-    params = policy.init(keys.policy, sim.data)
-    _, main = sim.session_plan(keys.plan)
-    points = update_points(len(main), sim.config.n_updates)
-    starts = np.concatenate([[0], points[:-1] + 1])
-    segments = [main.slice(int(a), int(b)) for a, b in zip(starts, points + 1)]
+def segment_sessions(cfg, data) -> tuple[int, int]:
+    """(main-phase sessions of a trial, sessions per segment) under ``cfg.sim``."""
+    from ltrjax.runner import build_simulator
 
-    def simulate():
-        states = sim.init_states(keys.init)
-        plans = sim.plan(segments)
-        for seg, plan in zip(segments, plans):
-            states, *_ = sim.run_segment(policy, params, states, seg, keys.run, plan)
-        jax.block_until_ready(states)
-
-    tic = time.perf_counter()
-    simulate()
-    compile_and_run = time.perf_counter() - tic
-    runs = [timed(simulate) for _ in range(repeats)]
-    best_wall = min(r[0] for r in runs)
-    best_cpu = min(r[1] for r in runs)
-    return len(main) / best_wall, len(main), {"first_run_seconds": compile_and_run, "best_run_seconds": best_wall,
-                                              "cpu_sessions_per_sec": len(main) / best_cpu}
+    n_main = build_simulator(cfg, data).session_counts()[1]
+    return n_main, n_main // int(cfg.sim.n_updates)
 
 
-def timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of one call; CPU time is robust to other load."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+def measure(cfg, data, policy, population: int, segments: int, repeats: int, seed: int) -> dict:
+    """Rates of ``population`` members (distinct trial keys) over the first ``segments`` protocol segments."""
+    import jax
+
+    from ltrjax.online import simulator as sim_lib
+    from ltrjax.runner import build_simulator
+
+    n_main, per_segment = segment_sessions(cfg, data)
+    n_updates = int(cfg.sim.n_updates)
+    segments = max(1, min(int(segments), n_updates))
+    n_sessions = n_main if segments == n_updates else per_segment * segments
+    # a fresh simulator per population: its padded step count is this population's own (it is sticky)
+    sim = build_simulator(cfg, data, n_updates=segments, refreshes=None)
+    keys = [jax.random.fold_in(jax.random.PRNGKey(seed), t) for t in range(population)]
+    programs = sim_lib.compiled(policy)
+    targets = {"session_plan": (sim, "session_plan"), "init_states": (sim, "init_states"),
+               "policy_init": (policy, "init"), "plan": (sim, "plan"), "program": (programs, "segment")}
+
+    def run():
+        with Stopwatch(targets, block=("init_states", "policy_init", "program")) as watch:
+            (_, per_member), wall, cpu = timed(sim.simulate_frozen, policy, keys, None, n_sessions)
+        return per_member, wall, cpu, watch
+
+    with CompileMeter() as meter:
+        _, first_wall, *_ = run()
+    runs = []
+    for _ in range(max(1, repeats)):
+        per_member, wall, cpu, watch = run()
+        excluded = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init", "plan"))
+        excluded_cpu = sum(watch.cpu[k] or 0.0 for k in ("session_plan", "init_states", "policy_init", "plan"))
+        runs.append({"wall": wall, "simulation": wall - excluded, "cpu": cpu - excluded_cpu, "watch": watch,
+                     "per_member": per_member})
+    best = min(runs, key=lambda r: r["simulation"])
+    total = population * best["per_member"]
+    watch = best["watch"]
+    steps = getattr(sim, "_steps", {}).get("main")  # the padded scan length of every segment (private)
+    occupancy = best["per_member"] / (steps * sum(sim.n_lanes) * segments) if steps else None
+    program = watch.wall["program"]
+    setup = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init"))
+    return {
+        "sessions_per_sec": total / best["simulation"],
+        "wall_sessions_per_sec": total / best["wall"],
+        "program_sessions_per_sec": total / program if program else None,
+        "cpu_sessions_per_sec": total / best["cpu"],
+        "members": population, "segments": segments, "sessions_per_member": best["per_member"],
+        "total_sessions": total,
+        "wall_seconds": best["wall"], "simulation_seconds": best["simulation"], "setup_seconds": setup,
+        "planning_seconds": watch.wall["plan"], "program_seconds": program,
+        "segment_host_seconds": best["simulation"] - program if program is not None else None,
+        "host_fraction_of_wall": (best["wall"] - program) / best["wall"] if program is not None else None,
+        "setup_and_planning_fraction_of_wall": (setup + (watch.wall["plan"] or 0.0)) / best["wall"],
+        "program_calls": watch.calls["program"],
+        "first_run_seconds": first_wall, "compile_seconds": meter.seconds, "compiles": meter.compiles,
+        "lanes": list(sim.n_lanes), "steps_per_segment": steps,
+        "lane_occupancy": occupancy,  # sessions / (steps x lanes x segments): the busy share of the scan's slots
+        "repeats_wall_seconds": [r["wall"] for r in runs],
+    }
 
 
-def reference_rate(sim: Simulator, policy, key, n_sessions: int) -> float:
-    """The NumPy loop on the first ``n_sessions`` main sessions (uniforms drawn in bulk with NumPy)."""
-    data = sim.data
-    keys = trial_keys(key)
+def reference_rate(cfg, data, policy, n_sessions: int, seed: int) -> tuple[float, float, int]:
+    """(sessions per wall second, per CPU second, sessions) of the NumPy loop on the first main sessions of
+    trial 0 with EBRank's NumPy scorer (uniforms drawn in bulk with NumPy inside the timing)."""
+    import jax
+    import numpy as np
+
+    from ltrjax.online.simulator import trial_keys
+    from ltrjax.runner import build_simulator
+    from tests.reference import online_loop as ref
+
+    sim = build_simulator(cfg, data)
+    keys = trial_keys(jax.random.fold_in(jax.random.PRNGKey(seed), 0))
     params = policy.init(keys.policy, data)
-    states = sim.init_states(keys.init)
     _, main = sim.session_plan(keys.plan)
-    draws = main.slice(0, n_sessions)
-    features, gains, n_docs, idcg = ([None] * data.n_queries for _ in range(4))
-    doc_ids, n_entered = [None] * data.n_queries, np.zeros(data.n_queries, np.int64)
-    for b, (bucket, st) in enumerate(zip(data.buckets, states)):
-        g = np.asarray(sim.gains[b])
-        for r, q in enumerate(np.asarray(bucket.query_index)):
-            n = int(bucket.n_docs[r])
-            features[q], gains[q], n_docs[q] = np.asarray(bucket.features[r]), g[r], n
-            idcg[q] = float(sim.idcg[b][r])
-            doc_ids[q], n_entered[q] = np.asarray(st.order[r])[:n], int(st.n_entered[r])
-    ref = ReferenceState(doc_ids, n_entered)
+    draws = main.slice(0, min(n_sessions, len(main)))
+    discount = np.asarray(sim.discount, np.float32)
+    inputs = call_by_name(ref.reference_inputs, data=data, discount=discount)
+    state = call_by_name(ref.reference_state, data=data, states=sim.init_states(keys.init))
+    hyper = policy.default_hyper()
+    score_fn = call_by_name(ref.ebrank_scorer, params=params, hyper=hyper, epsilon=float(hyper.epsilon),
+                            beta=policy.beta, features=inputs["features"])
     click = {k: np.asarray(getattr(sim.click_model, k)) for k in ("examination", "alpha", "beta")}
-    rng = np.random.default_rng(0)
-    score_fn = ebrank_scorer(params, policy.beta, features)
-    def loop():
-        uniforms = rng.random((len(draws), 1, sim.config.top_k), dtype=np.float32)
-        run_sessions(ref, draws, score_fn, gains, n_docs, idcg, click, sim.config.top_k, uniforms)
+    rng = np.random.default_rng(seed)
+    top_k = sim.config.top_k
 
-    wall, cpu = timed(loop)
-    return len(draws) / wall, len(draws) / cpu
+    def loop():
+        uniforms = rng.random((len(draws), sim.uniform_rows, top_k), dtype=np.float32)
+        call_by_name(ref.run_sessions, state=state, draws=draws, score_fn=score_fn, gains=inputs["gains"],
+                     n_docs=inputs["n_docs"], idcg=inputs["idcg"], click=click, top_k=top_k, uniforms=uniforms,
+                     discount=discount)
+
+    _, wall, cpu = timed(loop)
+    return len(draws) / wall, len(draws) / cpu, len(draws)
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="synthetic_mq2007", help="conf/dataset/<preset>.yaml")
     parser.add_argument("--queries", type=int, default=4000)
+    parser.add_argument("--families", default=None,
+                        help=f"comma-separated conf/algorithm names (default: {','.join(FAMILIES)}; "
+                             f"--smoke: {','.join(SMOKE_FAMILIES)})")
+    parser.add_argument("--populations", default="1,8,64", help="comma-separated population sizes")
+    parser.add_argument("--segments", type=int, default=None,
+                        help="protocol segments simulated per EBRank member (default: all sim.n_updates)")
+    parser.add_argument("--family-segments", type=int, default=2,
+                        help="protocol segments simulated per member of the other families")
     parser.add_argument("--reference-sessions", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-lanes", type=int, default=1024)
+    parser.add_argument("--max-lanes", type=int, default=None, help="sim.max_lanes (default: conf/config.yaml)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): for tests")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.queries, args.populations, args.repeats = min(args.queries, 60), "1,2", 1
+        args.segments, args.family_segments, args.reference_sessions = 2, 1, min(args.reference_sessions, 300)
 
-    qs, data = build(args.preset, args.queries, args.seed)
-    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5),
-                    SimConfig(max_lanes=args.max_lanes))
-    policy = EBRank(data, epsilon=20.0)
-    key = jax.random.PRNGKey(args.seed)
-    vec, n_main, extra = vectorized_rate(sim, policy, key, args.repeats)
-    ref, ref_cpu = reference_rate(sim, policy, key, min(args.reference_sessions, n_main))
-    out = {
-        "sessions_per_sec": vec,
-        "reference_sessions_per_sec": ref,
-        "speedup": vec / ref,
-        "cpu_time_speedup": extra["cpu_sessions_per_sec"] / ref_cpu,
-        "reference_cpu_sessions_per_sec": ref_cpu,
-        "sessions": n_main,
-        "queries": data.n_queries,
-        "mean_docs_per_query": float(np.mean(qs.docs_per_query)),
-        "buckets": [list(b.labels.shape) for b in data.buckets],
-        "lanes": list(sim.n_lanes),
-        "device_kind": jax.devices()[0].device_kind,
-        "backend": jax.default_backend(),
-        **extra,
-    }
+    import numpy as np
+
+    families = [f for f in (args.families or ",".join(SMOKE_FAMILIES if args.smoke else FAMILIES)).split(",") if f]
+    populations = [int(p) for p in args.populations.split(",") if p]
+    overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
+    if args.max_lanes:
+        overrides.append(f"sim.max_lanes={args.max_lanes}")
+    cfg = compose(overrides)
+    queryset, data = load_data(cfg)
+    n_updates = int(cfg.sim.n_updates)
+
+    families_table, detail = {}, {}
+    for family in families:
+        policy = build_policy(family, data)
+        segments = (args.segments or n_updates) if family == HEADLINE else args.family_segments
+        detail[family] = {}
+        for population in populations:
+            detail[family][population] = measure(cfg, data, policy, population, segments, args.repeats, args.seed)
+            if not args.json:
+                d = detail[family][population]
+                print(f"{family:>14} x{population:<3} {d['sessions_per_sec']:>12,.0f} sessions/s "
+                      f"(wall {d['wall_sessions_per_sec']:,.0f}, program {d['program_sessions_per_sec'] or 0:,.0f}; "
+                      f"{d['total_sessions']} sessions, compile {d['compile_seconds']:.1f} s)", flush=True)
+        families_table[family] = {p: detail[family][p]["sessions_per_sec"] for p in populations}
+
+    out = {"queries": data.n_queries, "mean_docs_per_query": float(np.mean(queryset.docs_per_query)),
+           "buckets": [list(b.labels.shape) for b in data.buckets], "sessions": segment_sessions(cfg, data)[0],
+           "populations": populations, "families": families_table}
+    if HEADLINE in families:
+        policy = build_policy(HEADLINE, data)
+        ref, ref_cpu, n_ref = reference_rate(cfg, data, policy, args.reference_sessions, args.seed)
+        head = detail[HEADLINE]
+        one = head.get(1) or head[min(head)]
+        pop = head.get(8) or head[max(head)]
+        out.update({
+            "sessions_per_sec": one["sessions_per_sec"],
+            "reference_sessions_per_sec": ref,
+            "speedup": one["sessions_per_sec"] / ref,
+            "cpu_time_speedup": one["cpu_sessions_per_sec"] / ref_cpu,
+            "reference_cpu_sessions_per_sec": ref_cpu,
+            "reference_sessions": n_ref,
+            "population_members": pop["members"],
+            "population_sessions_per_sec": pop["sessions_per_sec"],
+            "population_speedup": pop["sessions_per_sec"] / ref,
+            "population_cpu_time_speedup": pop["cpu_sessions_per_sec"] / ref_cpu,
+            "wall_sessions_per_sec": one["wall_sessions_per_sec"],
+            "population_wall_sessions_per_sec": pop["wall_sessions_per_sec"],
+            "first_run_seconds": one["first_run_seconds"],
+            "best_run_seconds": one["simulation_seconds"],
+            "cpu_sessions_per_sec": one["cpu_sessions_per_sec"],
+            "lanes": one["lanes"],
+        })
+    out["detail"] = detail
+    out.update(machine())
     if not args.json:
-        for k, v in out.items():
-            print(f"{k:>28}: {v}")
-    print(json.dumps(out))
-    return out
+        print(f"families (sessions/s): {families_table}")
+    return emit(out, True)
 
 
 if __name__ == "__main__":

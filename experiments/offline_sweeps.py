@@ -12,6 +12,10 @@ Sweeps (x values overridable with --values):
              TianGong-ST matrix / graded trust bias; scalar estimators are run once as references.
 Each trial is prepared once (production ranker, logged lists) and reused across the x values.
 Writes <out>/<sweep>.json, <sweep>.md and <sweep>.png after every x value.
+
+``--smoke`` (for tests; seconds): the ``eta`` sweep unless ``--sweep`` is given, on the synthetic dataset
+unless ``--dataset`` is given, 1 trial, the first two x values, two estimators (references: one), 100
+queries, 20k sessions, 5 epochs; arguments given on the command line still win.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from offline_table import ROOT, compose  # noqa: E402
+from offline_table import ROOT, SMOKE, SMOKE_DATASET, compose  # noqa: E402
 
 PRS_ESTIMATORS = ["naive", "ips", "pns", "prs", "prs_lambda", "production"]
 SWEEPS = {
@@ -126,15 +130,35 @@ def markdown(sweep, key, table, refs, clicks) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sweep", required=True, choices=sorted(SWEEPS))
-    ap.add_argument("--dataset", default="mq2008")
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--sweep", default=None, choices=sorted(SWEEPS), help="required unless --smoke (eta)")
+    ap.add_argument("--dataset", default=None, help=f"conf/dataset/<name>.yaml (default: mq2008; --smoke: "
+                                                    f"{SMOKE_DATASET})")
+    ap.add_argument("--trials", type=int, default=None, help="default 5 (--smoke: 1)")
     ap.add_argument("--values", default=None, help="comma-separated x values")
     ap.add_argument("--estimators", default=None, help="comma-separated estimators")
     ap.add_argument("--references", default=None, help="comma-separated reference estimators (dim sweeps)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--smoke", action="store_true", help="a tiny sweep (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
+    if args.sweep is None:
+        if not args.smoke:
+            ap.error("--sweep is required (unless --smoke)")
+        args.sweep = "eta"
+    if args.smoke:
+        spec = SWEEPS[args.sweep]
+        args.dataset = args.dataset or SMOKE_DATASET
+        args.trials = args.trials or 1
+        args.values = args.values or ",".join(str(v) for v in spec["values"][:2])
+        if "references" in spec:
+            args.estimators = args.estimators or "vectorization"
+            args.references = args.references or "naive"
+        else:
+            args.estimators = args.estimators or "naive,prs"
+        args.overrides = [o for o in SMOKE if not o.startswith(("experiment.estimators", "experiment.trials"))
+                          ] + args.overrides
+    args.dataset = args.dataset or "mq2008"
+    args.trials = args.trials or 5
 
     from ltrjax.offline.experiment import (_jsonable, enable_compilation_cache, experiment_config, load_queryset,
                                            prepare_trial, run_setting, summarize)
@@ -149,7 +173,7 @@ def main(argv=None):
     base["progress"] = False
     values = [type(spec["values"][0])(v) for v in args.values.split(",")] if args.values else spec["values"]
     estimators = args.estimators.split(",") if args.estimators else spec["estimators"]
-    out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_sweeps_{args.dataset}")
+    out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_sweeps_{args.dataset}{'_smoke' if args.smoke else ''}")
     out.mkdir(parents=True, exist_ok=True)
     qs = load_queryset(cfg, base)
     from tqdm import tqdm

@@ -187,6 +187,9 @@ def resolve_hyper(policy: Policy, hyper) -> Any:
         return policy.default_hyper()
     if isinstance(hyper, dict):
         return policy.make_hyper(**hyper)
+    if not isinstance(hyper, policy.Hyper):
+        raise TypeError(f"{policy.name} takes hyper-parameters of type {policy.Hyper.__name__} (or a dict of "
+                        f"its fields), got {type(hyper).__name__}")
     return hyper
 
 
@@ -373,8 +376,12 @@ class Simulator:
         size = self.chunk_size(len(keys), max_members)
         results = []
         for start in range(0, len(keys), size):
-            results += self._run_members(policy, keys[start:start + size], hypers[start:start + size], progress,
-                                         keep_logs)
+            chunk_keys, chunk_hypers = keys[start:start + size], hypers[start:start + size]
+            n_real = len(chunk_keys)
+            if start and n_real < size:  # a short last chunk: pad with copies of its last member, one shape
+                chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
+                chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
+            results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs)[:n_real]
         return results
 
     def simulate_frozen(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None,

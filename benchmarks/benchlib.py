@@ -1,0 +1,222 @@
+"""Helpers shared by the benchmark scripts: the composed Hydra config, data, compile-time metering, timing, output.
+
+Every script builds what ``python -m ltrjax.run`` builds (``conf/config.yaml`` composed with Hydra, the
+algorithm YAMLs through ``ltrjax.runner.make_policy``), so a benchmark measures the configured protocol and
+fails loudly, instead of silently measuring something else, when the library's API moves.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CONF = ROOT / "conf"
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()):
+    """``conf/config.yaml`` composed with Hydra and ``overrides`` (as ``python -m ltrjax.run OVERRIDES``)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return hydra_compose("config", overrides=list(overrides))
+
+
+def algorithm_config(name: str):
+    """``conf/algorithm/<name>.yaml`` with its ``defaults`` list resolved (``cftopk_concat``: cftopk + concat)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return hydra_compose(f"algorithm/{name}").algorithm
+
+
+def load_data(cfg):
+    """(query set, padded dataset) of ``cfg.dataset``, laid out as the runner does (``cfg.layout``)."""
+    from ltrjax.data.registry import load_dataset
+    from ltrjax.experiment import cache_dir, dataset_config
+    from ltrjax.runner import padded_data
+
+    queryset = load_dataset(dataset_config(cfg), seed=int(cfg.seed), cache_dir=cache_dir(cfg))
+    return queryset, padded_data(cfg, queryset)
+
+
+# --smoke of the online benchmarks (sweep, end_to_end): 60 queries, 1,500 sessions in 2 segments, so the one
+# retrain between them trains (documents shown > min_impressions times exist); equal shapes in both scripts, so
+# the second finds the first's single-member programs in a persistent XLA cache
+ONLINE_SMOKE = ["dataset.n_queries=60", "sim.sessions=1500", "sim.warmup_sessions_per_query=5", "sim.n_updates=2"]
+
+
+def dataset_overrides(preset: str, queries: int | None) -> list[str]:
+    out = [f"+dataset={preset}"]
+    if queries:
+        out.append(f"dataset.n_queries={int(queries)}")
+    return out
+
+
+# --------------------------------------------------------------------------- compilation
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_BACKEND_EVENT = _COMPILE_EVENTS[-1]
+
+
+class CompileMeter:
+    """Seconds JAX spent tracing, lowering and compiling (and how many XLA compilations) while active.
+
+    Uses ``jax.monitoring`` duration events; one listener is registered per process.
+    """
+
+    _lock = threading.Lock()
+    _registered = False
+    _active: list["CompileMeter"] = []
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.compiles = 0
+
+    @classmethod
+    def _listener(cls, event: str, duration: float, **_):
+        if event in _COMPILE_EVENTS:
+            for meter in cls._active:
+                meter.seconds += float(duration)
+                meter.compiles += event == _BACKEND_EVENT
+
+    def __enter__(self) -> "CompileMeter":
+        from jax import monitoring
+
+        with self._lock:
+            if not CompileMeter._registered:
+                monitoring.register_event_duration_secs_listener(CompileMeter._listener)
+                CompileMeter._registered = True
+            CompileMeter._active.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            CompileMeter._active.remove(self)
+
+
+# --------------------------------------------------------------------------- timing
+def timed(fn, *args, **kwargs):
+    """(result, wall seconds, CPU seconds of this process, all threads) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+class Stopwatch:
+    """Accumulates wall and CPU seconds spent inside named callables while installed.
+
+    ``Stopwatch({"plan": (sim, "plan")})`` replaces the attribute ``sim.plan`` by a timing wrapper (an
+    instance attribute that shadows the method) until ``__exit__``; a missing attribute is skipped and
+    reported as None. ``block`` wrappers wait for their outputs, so asynchronous dispatch is charged to them.
+    """
+
+    def __init__(self, targets: dict, block: tuple[str, ...] = ()):
+        self.targets = targets
+        self.block = set(block)
+        self.wall = {name: 0.0 for name in targets}
+        self.cpu = {name: 0.0 for name in targets}
+        self.calls = {name: 0 for name in targets}
+        self._restore = []
+
+    def _wrap(self, name, fn):
+        import jax
+
+        def wrapper(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = fn(*args, **kwargs)
+            if name in self.block:
+                jax.block_until_ready(out)
+            self.wall[name] += time.perf_counter() - wall
+            self.cpu[name] += time.process_time() - cpu
+            self.calls[name] += 1
+            return out
+
+        return wrapper
+
+    def __enter__(self) -> "Stopwatch":
+        for name, (owner, attr) in self.targets.items():
+            if isinstance(owner, dict):
+                if attr not in owner:
+                    self.wall[name] = self.cpu[name] = None
+                    continue
+                original = owner[attr]
+                owner[attr] = self._wrap(name, original)
+                self._restore.append(lambda o=owner, a=attr, f=original: o.__setitem__(a, f))
+            else:
+                if not hasattr(owner, attr):
+                    self.wall[name] = self.cpu[name] = None
+                    continue
+                shadowed = attr in vars(owner)
+                original = getattr(owner, attr)
+                setattr(owner, attr, self._wrap(name, original))
+                self._restore.append((lambda o=owner, a=attr, f=original: setattr(o, a, f)) if shadowed
+                                     else (lambda o=owner, a=attr: delattr(o, a)))
+        return self
+
+    def __exit__(self, *exc):
+        for restore in reversed(self._restore):
+            restore()
+        self._restore = []
+
+
+def call_by_name(fn, **available):
+    """Call ``fn`` with the values of ``available`` its signature names (positional order does not matter).
+
+    The NumPy reference loop (tests/reference/online_loop.py) changes its signatures now and then; binding by
+    name keeps the benchmark working across reorderings and fails with a clear message on a new argument.
+    """
+    params = inspect.signature(fn).parameters
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n not in available]
+    if missing:
+        raise TypeError(f"{fn.__module__}.{fn.__qualname__} now needs {missing}; the benchmark knows "
+                        f"{sorted(available)}: update benchmarks/ for its new signature")
+    return fn(**{n: available[n] for n in params if n in available})
+
+
+# --------------------------------------------------------------------------- output
+def finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def emit(out: dict, as_json: bool) -> dict:
+    """Print ``out``: a readable listing unless ``as_json``; always one JSON object as the last line."""
+    if not as_json:
+        for k, v in out.items():
+            print(f"{k:>32}: {v}")
+    print(json.dumps(out, default=_jsonable), flush=True)
+    return out
+
+
+def _jsonable(x):
+    try:
+        import numpy as np
+
+        if isinstance(x, np.generic):
+            return x.item()
+        if isinstance(x, np.ndarray):
+            return x.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(x)
+
+
+def machine() -> dict:
+    import os
+
+    import jax
+
+    return {"backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+            "devices": jax.device_count(), "cpu_count": os.cpu_count(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}

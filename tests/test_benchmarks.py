@@ -1,0 +1,150 @@
+"""Every benchmark and experiment script runs (``--smoke``) and reports sane numbers: benchmarks that cannot rot.
+
+The scripts run in this process through their ``main(argv)`` (no interpreter start-up per script, and the
+tests' persistent XLA cache of tests/conftest.py applies). The sweep runs before the end-to-end run: their
+single-member programs have the same shapes, so the second finds them in that cache.
+"""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import jax
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                 "jax_persistent_cache_min_entry_size_bytes")
+
+
+@pytest.fixture(autouse=True)
+def keep_jax_cache_options():
+    """The offline scripts point JAX's persistent cache at .cache/jax; the rest of the session keeps its own."""
+    saved = {name: getattr(jax.config, name) for name in CACHE_OPTIONS}
+    yield
+    for name, value in saved.items():
+        jax.config.update(name, value)
+
+
+def load_script(relative: str):
+    path = REPO / relative
+    name = "script_" + path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_main(relative: str, argv: list[str], capsys):
+    """(return value of the script's ``main(argv)``, its stdout)."""
+    module = load_script(relative)
+    capsys.readouterr()
+    returned = module.main(argv)
+    return returned, capsys.readouterr().out
+
+
+def last_json(stdout: str) -> dict:
+    lines = [line for line in stdout.strip().splitlines() if line.strip()]
+    assert lines, "no output"
+    return json.loads(lines[-1])
+
+
+def positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+# --------------------------------------------------------------------------- online benchmarks
+def test_sweep_smoke_population_equals_serial(capsys):
+    returned, stdout = run_main("benchmarks/sweep.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    assert out == json.loads(json.dumps(returned))
+    assert out["members"] == out["seeds"] * len(out["grid"]) == 4
+    assert out["sessions_per_trial"] == 1500 and out["queries"] == 60
+    for k in ("population_seconds", "serial_seconds", "speedup", "population_seconds_excluding_compile",
+              "serial_seconds_excluding_compile"):
+        assert positive(out[k]), (k, out[k])
+    assert out["population_compile_seconds"] >= 0 and out["serial_compile_seconds"] >= 0
+    assert 0 <= out["max_abs_diff"] <= 1e-4, out["max_abs_diff_by_metric"]
+    assert out["same_choice"] is True
+    assert out["chosen"]["population"] == out["chosen"]["serial"] and len(out["chosen"]["serial"]) == 2
+    cums = out["cum_ndcg_test"]["population"] + out["cum_ndcg_test"]["serial"]
+    assert len(cums) == 8 and all(0 < c < 200 for c in cums)  # discounted sums of <= 1/(1 - 0.995) NDCGs
+    assert out["chunks"] >= 1
+    assert out["population_retrains"] == out["serial_retrains"] > 0  # the comparison covers a retrain
+
+
+def test_end_to_end_smoke(capsys):
+    _, stdout = run_main("benchmarks/end_to_end.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    assert out["sessions"] == 1500 and out["queries"] == 60 and out["warmup_sessions"] > 0
+    assert positive(out["run_seconds"]) and positive(out["wall_seconds"])
+    split = [out[f"{k}_seconds"] for k in ("simulate", "train", "evaluate")]
+    assert all(positive(s) for s in split)
+    assert sum(split) <= out["run_seconds"] + 1e-6
+    assert out["wall_seconds"] >= out["run_seconds"]
+    assert 0 < out["cum_ndcg"] < 200
+    assert 0 <= out["warm_ndcg"] <= 1 and 0 <= out["cold_ndcg"] <= 1
+
+
+def test_sessions_per_sec_smoke(capsys):
+    _, stdout = run_main("benchmarks/sessions_per_sec.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    for k in ("sessions_per_sec", "reference_sessions_per_sec", "speedup", "cpu_time_speedup",
+              "reference_cpu_sessions_per_sec", "population_sessions_per_sec", "population_speedup"):
+        assert positive(out[k]), (k, out[k])
+    assert out["population_speedup"] == pytest.approx(out["population_sessions_per_sec"]
+                                                      / out["reference_sessions_per_sec"])
+    assert out["population_members"] == 2 and out["populations"] == [1, 2]
+    assert {"ebrank", "pdgd"} <= set(out["families"])
+    for family, rates in out["families"].items():
+        assert set(rates) == {"1", "2"}, family
+        for population, rate in rates.items():
+            assert positive(rate), (family, population)
+            d = out["detail"][family][population]
+            assert d["sessions_per_sec"] == rate
+            assert d["members"] == int(population)
+            assert d["total_sessions"] == d["members"] * d["sessions_per_member"] > 0
+            assert d["program_calls"] == d["segments"]  # one compiled segment program call per segment
+            # everything >= simulation (setup and planning excluded) >= the compiled program alone
+            assert d["wall_seconds"] >= d["simulation_seconds"] >= d["program_seconds"] > 0
+            assert 0 <= d["host_fraction_of_wall"] < 1 and 0 <= d["setup_and_planning_fraction_of_wall"] < 1
+    assert out["sessions_per_sec"] == out["families"]["ebrank"]["1"]
+    assert out["population_sessions_per_sec"] == out["families"]["ebrank"]["2"]
+
+
+# --------------------------------------------------------------------------- offline scripts
+def in_unit(x) -> bool:
+    return isinstance(x, float) and 0.0 <= x <= 1.0
+
+
+def test_offline_throughput_smoke(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    run_main("benchmarks/offline_throughput.py", ["--smoke", "--out", str(path)], capsys)
+    res = json.loads(path.read_text())
+    assert res["smoke"] is True
+    for tag in ("logging_first_call", "logging_compiled", "numpy_reference"):
+        assert positive(res[tag]["sessions_per_s"]), tag
+    assert {"prs", "production", "labeled"} <= set(res["estimators"])
+    assert all(in_unit(e["ndcg@10"]) for e in res["estimators"].values())
+
+
+def test_offline_table_smoke(tmp_path, capsys):
+    run_main("experiments/offline_table.py", ["--smoke", "--out", str(tmp_path)], capsys)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert set(saved["algorithms"]) == {"prs", "production", "labeled"}
+    for entry in saved["algorithms"].values():
+        assert len(entry["trials"]) == 1
+        assert all(in_unit(entry[m]) for m in ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"))
+    assert (tmp_path / "results.md").exists()
+
+
+def test_offline_sweeps_smoke(tmp_path, capsys):
+    run_main("experiments/offline_sweeps.py", ["--smoke", "--out", str(tmp_path)], capsys)
+    saved = json.loads((tmp_path / "eta.json").read_text())
+    assert saved["sweep"] == "eta" and saved["trials"] == 1
+    assert len(saved["table"]) == 2
+    for row in saved["table"].values():
+        assert {"naive", "prs"} == set(row)
+        assert all(in_unit(e["ndcg@10"]) for e in row.values())
+    assert (tmp_path / "eta.png").read_bytes().startswith(b"\x89PNG")
