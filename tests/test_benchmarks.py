@@ -148,3 +148,14 @@ def test_offline_sweeps_smoke(tmp_path, capsys):
         assert {"naive", "prs"} == set(row)
         assert all(in_unit(e["ndcg@10"]) for e in row.values())
     assert (tmp_path / "eta.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_compare_runs_smoke(capsys):
+    result, out = run_main("experiments/compare_runs.py", ["--smoke"], capsys)
+    row = result["rows"]["ebrank"]
+    assert row["trials"] == [0, 1]
+    for metric in ("cum_ndcg", "warm_ndcg", "cold_ndcg"):
+        cell = row[metric]
+        assert 0.0 < cell["p_value"] <= 1.0
+        assert cell["mean_difference"] == pytest.approx(cell["B"]["mean"] - cell["A"]["mean"])
+    assert "| ebrank | Warm-NDCG@5 |" in out
