@@ -56,6 +56,24 @@ def load_data(cfg):
 ONLINE_SMOKE = ["dataset.n_queries=60", "sim.sessions=1500", "sim.warmup_sessions_per_query=5", "sim.n_updates=2"]
 
 
+def add_online_arguments(parser, smoke_help: str) -> None:
+    """The arguments every online benchmark shares: dataset preset and size, seed, --smoke, --json, overrides."""
+    parser.add_argument("--preset", default="synthetic_mq2007", help="conf/dataset/<preset>.yaml")
+    parser.add_argument("--queries", type=int, default=None, help="override the preset's query count")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help=smoke_help)
+    parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. sim.n_updates=10")
+
+
+def online_overrides(args) -> list[str]:
+    """Hydra overrides of ``add_online_arguments``' values (the smoke sizes under ``--smoke``)."""
+    overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
+    if args.smoke:
+        overrides += [o for o in ONLINE_SMOKE if not (args.queries and o.startswith("dataset.n_queries"))]
+    return overrides
+
+
 def dataset_overrides(preset: str, queries: int | None) -> list[str]:
     out = [f"+dataset={preset}"]
     if queries:

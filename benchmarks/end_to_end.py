@@ -21,29 +21,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (ONLINE_SMOKE, CompileMeter, compose, dataset_overrides, emit, load_data,  # noqa: E402
-                      machine)
+from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
+                      online_overrides)
 
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="synthetic_mq2007")
-    parser.add_argument("--queries", type=int, default=None, help="override the preset's query count")
     parser.add_argument("--epsilon", type=float, default=None, help="default: conf/algorithm/ebrank.yaml")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--smoke", action="store_true", help="60 queries, 1,500 sessions in 2 segments (one retrain)")
-    parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. sim.n_updates=10")
+    add_online_arguments(parser, "60 queries, 1,500 sessions in 2 segments (one retrain)")
     args = parser.parse_args(argv)
 
     import jax
 
     from ltrjax.runner import build_simulator, make_policy, trial_key
 
-    overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
-    if args.smoke:
-        overrides += [o for o in ONLINE_SMOKE if not (args.queries and o.startswith("dataset.n_queries"))]
+    overrides = online_overrides(args)
     if args.epsilon is not None:
         overrides.append(f"algorithms.ebrank.epsilon={args.epsilon}")
     cfg = compose(overrides + list(args.overrides))

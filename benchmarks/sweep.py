@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (ONLINE_SMOKE, CompileMeter, compose, dataset_overrides, emit, load_data,  # noqa: E402
-                      machine)
+from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
+                      online_overrides)
 
 ALGORITHM = "ebrank"
 
@@ -60,14 +60,9 @@ def retrains(result) -> int:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="synthetic_mq2007", help="conf/dataset/<preset>.yaml")
-    parser.add_argument("--queries", type=int, default=None, help="override the preset's query count")
     parser.add_argument("--seeds", type=int, default=5, help="trials (seed, t) for t < this")
     parser.add_argument("--grid", default=None, help="comma-separated epsilon values (default: ebrank.yaml tune)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--smoke", action="store_true", help="2 seeds x 2 values, 60 queries, 1,500 sessions (one retrain)")
-    parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. sim.n_updates=10")
+    add_online_arguments(parser, "2 seeds x 2 values, 60 queries, 1,500 sessions (one retrain)")
     args = parser.parse_args(argv)
 
     import jax
@@ -75,11 +70,9 @@ def main(argv=None) -> dict:
 
     from ltrjax.runner import choose, grid_label, trial_key
 
-    overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
     if args.smoke:
         args.seeds = min(args.seeds, 2)
-        overrides += [o for o in ONLINE_SMOKE if not (args.queries and o.startswith("dataset.n_queries"))]
-    cfg = compose(overrides + list(args.overrides))
+    cfg = compose(online_overrides(args) + list(args.overrides))
     tune_split = str(cfg.experiment.get("tune_split", "vali"))
     tic = time.perf_counter()
     _, data = load_data(cfg)

@@ -31,7 +31,6 @@ from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator, TrialResult
 from ltrjax.report.online_report import (
-    LABELS,
     METRICS,
     exploitation_ratios,
     perfect_click_rates,

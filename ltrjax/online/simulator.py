@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import os
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
