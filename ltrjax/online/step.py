@@ -90,15 +90,15 @@ def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket:
 
 def rank_session(policy: Policy, protocol: Protocol, view: QueryView, n_docs, enter, session, valid, run_key):
     """One query's session up to the shown list (all arrays are that query's row): maybe a document enters,
-    the policy scores the entered documents, the top K are shown. Returns (view, key, scores, shown,
-    slot_valid)."""
+    the policy scores the entered documents, the top K are shown. Returns (entered count, key, scores,
+    shown, slot_valid)."""
     n_entered = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs), view.n_entered)
     view = view._replace(n_entered=n_entered, issue_count=view.issue_count + valid)
     key = jax.random.fold_in(run_key, session)  # = simulator.policy_key
     scores = policy.session_scores(view, key)
     width = scores.shape[-1]
     shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_entered, protocol.top_k)
-    return view, key, scores, shown, slot_valid
+    return n_entered, key, scores, shown, slot_valid
 
 
 def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
@@ -120,8 +120,9 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
     )
     view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0)
     rank = jax.vmap(functools.partial(rank_session, policy, protocol), in_axes=(view_axes, 0, 0, 0, 0, None))
-    new_view, keys, scores, shown, slot_valid = rank(view, consts.n_docs[rows], inputs.enter, inputs.session,
-                                                     inputs.valid, run_key)
+    n_new, keys, scores, shown, slot_valid = rank(view, consts.n_docs[rows], inputs.enter, inputs.session,
+                                                  inputs.valid, run_key)
+    new_view = view._replace(n_entered=n_new, issue_count=view.issue_count + inputs.valid)  # as the policy saw it
     on = slot_valid & inputs.valid[:, None]
     gains = consts.gains[rows[:, None], shown]  # [lanes, K]
     labels = consts.labels[rows[:, None], shown]
@@ -135,7 +136,6 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
     ndcg = jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)  # = metrics.ndcg_of_ranking
     record = jax.vmap(policy.session_record, in_axes=(view_axes, 0, 0, 0, 0, 0))(
         new_view, keys, scores, shown, on, clicked)
-    n_new = new_view.n_entered
 
     theta = protocol.examination
     inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
