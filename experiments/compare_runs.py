@@ -44,7 +44,9 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
         trials = sorted({t["seed"] for t in a["algorithms"][name]["trials"]}
                         & {t["seed"] for t in b["algorithms"][name]["trials"]})
         per = {lab: {t["seed"]: t for t in run["algorithms"][name]["trials"]} for lab, run in zip(labels, (a, b))}
-        row = {"trials": trials}
+        row = {"trials": trials, "population_seconds": {
+            lab: sum({(t.get("population") or {}).get("wall_seconds", 0.0) for t in run["algorithms"][name]["trials"]})
+            for lab, run in zip(labels, (a, b))}}
         for m in METRICS:
             va = np.array([per[labels[0]][t][m] for t in trials])
             vb = np.array([per[labels[1]][t][m] for t in trials])
@@ -56,8 +58,7 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
                       "p_value": stats.paired_randomization_test(ub, ua, n_samples=n_samples)}
         rows[name] = row
     return {"runs": {labels[0]: str(run_a), labels[1]: str(run_b)}, "dataset": a["dataset"],
-            "sessions": a["sessions"], "rows": rows,
-            "wall_seconds": {labels[0]: a.get("wall_seconds"), labels[1]: b.get("wall_seconds")}}
+            "sessions": a["sessions"], "rows": rows}
 
 
 def markdown(result: dict, labels: tuple[str, str]) -> str:
@@ -73,11 +74,11 @@ def markdown(result: dict, labels: tuple[str, str]) -> str:
                          f"{fmt.format(cell[labels[0]]['std'])} | {fmt.format(cell[labels[1]]['mean'])} ± "
                          f"{fmt.format(cell[labels[1]]['std'])} | {cell['mean_difference']:+.4f} | "
                          f"{cell['p_value']:.3f} |")
-    wall = result["wall_seconds"]
+    walls = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.0f} s" for k, v in row["population_seconds"].items())
+                      for name, row in result["rows"].items())
     lines += ["", f"{len(next(iter(result['rows'].values()))['trials'])} trials; mean ± std over trials; p: Fisher "
               "randomization (paired sign-flip) test over (trial, test query) units for Warm/Cold and (trial, test "
-              "session) discounted contributions for Cum-NDCG. Wall time of the runs: "
-              + ", ".join(f"{k} {v:.0f} s" for k, v in wall.items() if v is not None) + "."]
+              f"session) discounted contributions for Cum-NDCG. Wall time of each row's populations: {walls}."]
     return "\n".join(lines) + "\n"
 
 
