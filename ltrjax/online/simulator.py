@@ -202,11 +202,11 @@ def compiled(policy: Policy) -> dict[str, Callable]:
     one program serves every simulator and population size of the same shapes."""
     programs = policy.__dict__.get("_ltrjax_programs")
     if programs is None:
-        segment = functools.partial(step_lib.segment, policy)
+        segment = functools.partial(step_lib.population_segment, policy)
         evaluate = functools.partial(step_lib.evaluate_bucket, policy)
         programs = {
             # states are donated: the scan updates their buffers in place instead of copying them
-            "segment": jax.jit(jax.vmap(segment, in_axes=(None, 0, 0, 0, None, None, None, 0, 0)), donate_argnums=3),
+            "segment": jax.jit(segment, donate_argnums=3),
             "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
         }

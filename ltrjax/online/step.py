@@ -163,17 +163,45 @@ def _scan_body(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstant
     return tuple(o[0] for o in out), tuple(o[1] for o in out)
 
 
-def segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
-            buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
-            schedules: tuple[SessionInputs, ...], run_key: jax.Array):
-    """Simulate one segment with a frozen policy: a ``lax.scan`` whose steps advance every bucket.
+def all_segment_constants(policy: Policy, params, hyper, states: tuple[BucketState, ...],
+                          buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...],
+                          idcg: tuple[jax.Array, ...]) -> tuple[SegmentConstants, ...]:
+    """``segment_constants`` of every bucket."""
+    return tuple(segment_constants(policy, params, hyper, s, b, g, i)
+                 for s, b, g, i in zip(states, buckets, gains, idcg))
+
+
+def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...],
+                 states: tuple[BucketState, ...], schedules: tuple[SessionInputs, ...], run_key: jax.Array):
+    """The segment's ``lax.scan``: every step advances the lanes of every bucket by one session.
 
     ``schedules[b]`` holds ``[steps, lanes, ...]`` inputs; returns the new states and per-step outputs.
     """
-    consts = tuple(segment_constants(policy, params, hyper, s, b, g, i)
-                   for s, b, g, i in zip(states, buckets, gains, idcg))
     body = functools.partial(_scan_body, policy, protocol, consts, run_key)
     return jax.lax.scan(body, tuple(states), tuple(schedules))
+
+
+def segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
+            buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
+            schedules: tuple[SessionInputs, ...], run_key: jax.Array):
+    """Simulate one segment of one member with a frozen policy (constants, then the scan)."""
+    consts = all_segment_constants(policy, params, hyper, states, buckets, gains, idcg)
+    return scan_segment(policy, protocol, consts, states, schedules, run_key)
+
+
+def population_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
+                       buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
+                       schedules: tuple[SessionInputs, ...], run_keys: jax.Array):
+    """``segment`` for a population (leading member axis on params, hyper, states, schedules, run_keys).
+
+    The per-segment constants (model scores: matrix products) are computed member by member with
+    ``lax.map``, so each member's scores round exactly as they would in a population of one; the session
+    scan, elementwise and gather/scatter work that rounds the same way batched or not, is ``vmap``ped.
+    """
+    consts = jax.lax.map(lambda m: all_segment_constants(policy, m[0], m[1], m[2], buckets, gains, idcg),
+                         (params, hyper, tuple(states)))
+    return jax.vmap(functools.partial(scan_segment, policy, protocol))(consts, tuple(states), tuple(schedules),
+                                                                      run_keys)
 
 
 def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg):
