@@ -37,10 +37,14 @@ def top_k_ranking(scores, mask, k: int):
     return indices, values > -jnp.inf
 
 
+def dcg_of_shown_gains(shown_gains, slot_valid, discount):
+    """DCG = sum_i g(R_i) lambda_i over the displayed slots from the shown documents' gains ``[..., k]``."""
+    return jnp.sum(jnp.where(slot_valid, shown_gains * discount[: shown_gains.shape[-1]], 0.0), axis=-1)
+
+
 def dcg_of_ranking(ranking, slot_valid, gains, discount):
     """DCG = sum_i g(R_i) lambda_i over the displayed slots; ``discount`` has shape [k]."""
-    g = jnp.take_along_axis(gains, ranking, axis=-1)
-    return jnp.sum(jnp.where(slot_valid, g * discount[: ranking.shape[-1]], 0.0), axis=-1)
+    return dcg_of_shown_gains(jnp.take_along_axis(gains, ranking, axis=-1), slot_valid, discount)
 
 
 def ideal_dcg(gains, ideal_mask, discount):
@@ -50,10 +54,15 @@ def ideal_dcg(gains, ideal_mask, discount):
     return jnp.sum(jnp.where(top > -jnp.inf, top * discount[:k], 0.0), axis=-1)
 
 
+def ndcg_of_shown_gains(shown_gains, slot_valid, idcg, discount):
+    """NDCG from the shown documents' gains ``[..., k]`` and a precomputed ideal DCG; 0 when idcg == 0."""
+    dcg = dcg_of_shown_gains(shown_gains, slot_valid, discount)
+    return jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)
+
+
 def ndcg_of_ranking(ranking, slot_valid, gains, idcg, discount):
     """NDCG of a displayed ranking given a precomputed ideal DCG; 0 when idcg == 0."""
-    dcg = dcg_of_ranking(ranking, slot_valid, gains, discount)
-    return jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)
+    return ndcg_of_shown_gains(jnp.take_along_axis(gains, ranking, axis=-1), slot_valid, idcg, discount)
 
 
 def ndcg_at_k(scores, gains, mask, discount, ideal_mask=None):

@@ -2,7 +2,7 @@
 
 A *member* is one (trial key, hyper-parameters) pair of one policy; a *population* is many members
 advanced by one compiled program: every array of the simulation state, the policy parameters and
-the typed hyper-parameters carries a leading member axis, and the segment program (``step.segment``)
+the typed hyper-parameters carries a leading member axis, and the segment program (``step.population_segment``)
 is ``vmap``ped over it around the lanes. Members of one trial share its session plan and click
 uniforms (a validation grid); members of different trials have their own plans, padded to one
 step count, so one program serves both. A single trial is a population of one.
@@ -35,6 +35,7 @@ from ltrjax import clicks as click_lib
 from ltrjax import metrics
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.online import step as step_lib
+from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
 from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, padded_steps, update_points
 from ltrjax.online.state import STAT_NAMES, BucketState, counters_in_dataset_order, entered_mask, init_bucket_state
@@ -145,11 +146,6 @@ def trial_keys(key: jax.Array) -> TrialKeys:
     return TrialKeys(*jax.random.split(key, 5))
 
 
-def policy_key(run_key: jax.Array, session) -> jax.Array:
-    """The key of one session's policy noise (Random-k scores, exploration samples)."""
-    return jax.random.fold_in(run_key, session)
-
-
 def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_rows: int, top_k: int) -> np.ndarray:
     """Uniforms ``[n, n_rows, K]`` deciding the clicks of sessions first_session..first_session+n-1.
 
@@ -192,8 +188,23 @@ def resolve_hyper(policy: Policy, hyper) -> Any:
     return hyper
 
 
+def resolve_hypers(policy: Policy, hypers: Sequence | None, n_members: int) -> list:
+    """``resolve_hyper`` of every member (None: the configured values for all ``n_members``)."""
+    hypers = [resolve_hyper(policy, h) for h in (list(hypers) if hypers is not None else [None] * n_members)]
+    if len(hypers) != n_members:
+        raise ValueError(f"{n_members} keys but {len(hypers)} hyper-parameter sets")
+    return hypers
+
+
 def _key_id(key: jax.Array) -> tuple[int, ...]:
     return tuple(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def group_trials(keys: Sequence[jax.Array]) -> tuple[np.ndarray, list[TrialKeys]]:
+    """(trial index of every member, the keys of every distinct trial): members with equal keys share a trial."""
+    trial_index: dict[tuple, int] = {}
+    trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
+    return trial_of, [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
 
 
 def compiled(policy: Policy) -> dict[str, Callable]:
@@ -319,13 +330,24 @@ class Simulator:
                     p[b] = np.concatenate([schedule, pad])
         return plans
 
+    def main_segments(self, mains: list[SessionDraws], n_main: int) -> tuple[np.ndarray, np.ndarray, list, list]:
+        """(last session of each segment, first session of each segment, per segment the trials' draws, per
+        segment the trials' lane plans) of the first ``n_main`` main sessions of every trial; all trials are
+        planned together, so their schedules share one step count."""
+        points = update_points(n_main, self.config.n_segments)
+        starts = np.concatenate([[0], points[:-1] + 1])
+        segments = [[m.slice(int(a), int(b)) for m in mains] for a, b in zip(starts, points + 1)]
+        plans = self.plan([s for per_trial in segments for s in per_trial])
+        plans = [plans[i * len(mains):(i + 1) * len(mains)] for i in range(len(segments))]
+        return points, starts, segments, plans
+
     def schedule_inputs(self, draws: SessionDraws, plan: list[np.ndarray], run_key: jax.Array
                         ) -> tuple[list[step_lib.SessionInputs], list[tuple[np.ndarray, np.ndarray]]]:
         """Per bucket: the scan inputs ``[steps, lanes, ...]`` of one trial's segment, and (session index of
         every valid slot, valid mask) to put the outputs back into session order."""
         n = len(draws)
         uniforms = None
-        if self.protocol.device_rng is False:
+        if not self.protocol.device_rng:
             uniforms = click_uniforms(run_key, int(draws.session[0]) if n else 0, n, self.uniform_rows,
                                       self.config.top_k)
         inputs, targets = [], []
@@ -369,9 +391,7 @@ class Simulator:
         or a ``policy.Hyper``. Returns one ``TrialResult`` per member, in order; identical to running the
         members one by one. Populations larger than ``chunk_size`` run chunk by chunk."""
         keys = list(keys)
-        hypers = [resolve_hyper(policy, h) for h in (list(hypers) if hypers is not None else [None] * len(keys))]
-        if len(hypers) != len(keys):
-            raise ValueError(f"{len(keys)} keys but {len(hypers)} hyper-parameter sets")
+        hypers = resolve_hypers(policy, hypers, len(keys))
         size = self.chunk_size(len(keys), max_members)
         results = []
         for start in range(0, len(keys), size):
@@ -389,17 +409,11 @@ class Simulator:
         warm-up, retraining or evaluation (the simulation core, for throughput benchmarks). Returns the
         final states (leading member axis, blocked until ready) and the sessions simulated per member."""
         keys = list(keys)
-        hypers = [resolve_hyper(policy, h) for h in (list(hypers) if hypers is not None else [None] * len(keys))]
-        trial_index: dict[tuple, int] = {}
-        trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
-        trials = [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
+        hypers = resolve_hypers(policy, hypers, len(keys))
+        trial_of, trials = group_trials(keys)
         mains = [self.session_plan(t.plan)[1] for t in trials]
         n_main = min(len(mains[0]), n_sessions or len(mains[0]))
-        points = update_points(n_main, self.config.n_segments)
-        starts = np.concatenate([[0], points[:-1] + 1])
-        segments = [[m.slice(int(a), int(b)) for m in mains] for a, b in zip(starts, points + 1)]
-        plans = self.plan([s for per_trial in segments for s in per_trial])
-        plans = [plans[i * len(trials):(i + 1) * len(trials)] for i in range(len(segments))]
+        _, _, segments, plans = self.main_segments(mains, n_main)
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
         initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
@@ -479,9 +493,7 @@ class Simulator:
         if n_devices > 1 and len(keys) % n_devices:  # equal shards: pad with copies of the last member
             pad = n_devices - len(keys) % n_devices
             keys, hypers = keys + [keys[-1]] * pad, hypers + [hypers[-1]] * pad
-        trial_index: dict[tuple, int] = {}
-        trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
-        trials = [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
+        trial_of, trials = group_trials(keys)
         timings = {"simulate": 0.0, "train": 0.0, "evaluate": 0.0}
         draws = [self.session_plan(t.plan) for t in trials]
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
@@ -510,11 +522,7 @@ class Simulator:
                 acc.append(info)
 
         n_main = len(draws[0][1])
-        points = update_points(n_main, cfg.n_segments)
-        starts = np.concatenate([[0], points[:-1] + 1])
-        segments = [[d[1].slice(int(a), int(b)) for d in draws] for a, b in zip(starts, points + 1)]
-        plans = self.plan([s for per_trial in segments for s in per_trial])
-        plans = [plans[i * len(trials):(i + 1) * len(trials)] for i in range(len(segments))]
+        points, starts, segments, plans = self.main_segments([d[1] for d in draws], n_main)
         session_ndcg = np.zeros((n_members, n_main), np.float32)
         logs: list[list[SessionLog]] = [[] for _ in range(n_members)]
         pending: list[list[SessionLog]] = [[] for _ in range(n_members)]

@@ -3,8 +3,8 @@
 ``session_step`` advances every lane of one bucket by one session: maybe a new document enters,
 the policy scores the entered documents, the top K are shown, clicks are drawn from the click
 model, the counters are updated, and the NDCG of the shown list and the policy's session record
-are returned. ``segment`` scans it over a segment's lane schedule for every bucket at once, with
-the policy's model frozen. Both are module-level pure functions: the simulator ``jit``s (and, for a
+are returned. ``scan_segment`` scans it over a segment's lane schedule for every bucket at once,
+with the policy's model frozen; ``population_segment`` does so for every member of a population. Both are module-level pure functions: the simulator ``jit``s (and, for a
 population of members, ``vmap``s) them with the policy and the protocol as static arguments.
 """
 
@@ -77,6 +77,11 @@ class SessionOutputs:
     record: Any  # the policy's ``session_record`` (None: none)
 
 
+def policy_key(run_key: jax.Array, session) -> jax.Array:
+    """The key of one session's policy noise (Random-k scores, exploration samples)."""
+    return jax.random.fold_in(run_key, session)
+
+
 def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket: Bucket, gains: jax.Array,
                       idcg: jax.Array) -> SegmentConstants:
     """The frozen per-segment values of one bucket; ``prepare`` sees the counters at the segment start."""
@@ -94,7 +99,7 @@ def rank_session(policy: Policy, protocol: Protocol, view: QueryView, n_docs, en
     shown, slot_valid)."""
     n_entered = jnp.where(enter & valid, jnp.minimum(view.n_entered + 1, n_docs), view.n_entered)
     view = view._replace(n_entered=n_entered, issue_count=view.issue_count + valid)
-    key = jax.random.fold_in(run_key, session)  # = simulator.policy_key
+    key = policy_key(run_key, session)
     scores = policy.session_scores(view, key)
     width = scores.shape[-1]
     shown, slot_valid = metrics.top_k_ranking(scores, jnp.arange(width) < n_entered, protocol.top_k)
@@ -131,9 +136,7 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
         uniforms = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, CLICK_STREAM),
                                                          (protocol.uniform_rows, protocol.top_k)))(keys)
     clicked = click_lib.sample_clicks(protocol.click_model, uniforms, gains, labels, on)
-    dcg = jnp.sum(jnp.where(slot_valid, gains * protocol.discount[: shown.shape[-1]], 0.0), axis=-1)
-    idcg = consts.idcg[rows]
-    ndcg = jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)  # = metrics.ndcg_of_ranking
+    ndcg = metrics.ndcg_of_shown_gains(gains, slot_valid, consts.idcg[rows], protocol.discount)
     record = jax.vmap(policy.session_record, in_axes=(view_axes, 0, 0, 0, 0, 0))(
         new_view, keys, scores, shown, on, clicked)
 
@@ -181,18 +184,10 @@ def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConsta
     return jax.lax.scan(body, tuple(states), tuple(schedules))
 
 
-def segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
-            buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
-            schedules: tuple[SessionInputs, ...], run_key: jax.Array):
-    """Simulate one segment of one member with a frozen policy (constants, then the scan)."""
-    consts = all_segment_constants(policy, params, hyper, states, buckets, gains, idcg)
-    return scan_segment(policy, protocol, consts, states, schedules, run_key)
-
-
 def population_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
                        buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
                        schedules: tuple[SessionInputs, ...], run_keys: jax.Array):
-    """``segment`` for a population (leading member axis on params, hyper, states, schedules, run_keys).
+    """One segment of a population (leading member axis on params, hyper, states, schedules, run_keys).
 
     The per-segment constants (model scores: matrix products) are computed member by member with
     ``lax.map``, so each member's scores round exactly as they would in a population of one; the session

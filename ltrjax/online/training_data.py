@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ltrjax.data.layout import PaddedDataset
+from ltrjax.data.queryset import TRAIN, VALI
+from ltrjax.online.policies.base import member
 from ltrjax.online.state import DocCounters
 
 
@@ -31,6 +33,14 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
                 **{k: np.zeros((0,), np.float32) for k in
                    ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")}}
     return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def member_splits(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, n_members: int,
+                  min_impressions: float) -> list[tuple[dict, dict]]:
+    """Per member of a population (``counters``/``entered`` with a leading member axis): its (training,
+    validation) documents, as ``collect_documents`` gathers them."""
+    return [tuple(collect_documents(data, member(counters, i), member(entered, i), split, min_impressions)
+                  for split in (TRAIN, VALI)) for i in range(n_members)]
 
 
 def split_capacity(data: PaddedDataset, split: int) -> int:

@@ -42,10 +42,10 @@ from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import MLPScorer
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
-from ltrjax.online.policies.base import Policy, QueryView, member
+from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.state import STAT_NAMES, DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.online.training_data import collect_documents, split_capacity
+from ltrjax.online.training_data import member_splits, split_capacity
 
 SERVING = ("topk", "randomk", "epsilon")
 TARGETS = ("ips", "delta")
@@ -222,9 +222,8 @@ class CounterfactualL2(Policy):
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's model in one vmapped fit on its own documents."""
-        sets = [[self.examples(collect_documents(data, member(counters, i), member(entered, i), split,
-                                                 self.min_impressions)) for split in (TRAIN, VALI)]
-                for i in range(len(logs))]
+        sets = [[self.examples(docs) for docs in split_docs]
+                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         model, infos = fit_members(self._fit, params["model"], [s[0] for s in sets], [s[1] for s in sets], keys,
                                    self.name, (split_capacity(data, TRAIN), split_capacity(data, VALI)))
         return {**params, "model": model}, infos

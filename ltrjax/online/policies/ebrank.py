@@ -27,10 +27,10 @@ from jax.scipy.special import betaln
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import BetaPrior
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
-from ltrjax.online.policies.base import Policy, member
+from ltrjax.online.policies.base import Policy
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.online.training_data import collect_documents, split_capacity
+from ltrjax.online.training_data import member_splits, split_capacity
 
 STATISTICS = ("exposure", "ips")
 # Prior training (conf/algorithm/ebrank.yaml). The paper code's SGD 0.05 / batch 64 / <= 1000 epochs /
@@ -136,9 +136,8 @@ class EBRank(Policy):
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's prior in one vmapped fit, on its own training/validation documents (Eq. 14)."""
-        sets = [[self._examples(collect_documents(data, member(counters, i), member(entered, i), split,
-                                                  self.min_impressions)) for split in (TRAIN, VALI)]
-                for i in range(len(logs))]
+        sets = [[self._examples(docs) for docs in split_docs]
+                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
         prior, infos = fit_members(self._fit, params["prior"], [s[0] for s in sets], [s[1] for s in sets], keys,
                                    self.name, capacity)

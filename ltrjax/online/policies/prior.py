@@ -23,7 +23,7 @@ import numpy as np
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
-from ltrjax.online.policies.base import Policy, QueryView, member
+from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.policies.counterfactual import (
     DEFAULT_FIT,
     TARGETS,
@@ -34,7 +34,7 @@ from ltrjax.online.policies.counterfactual import (
 )
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.online.training_data import collect_documents, split_capacity
+from ltrjax.online.training_data import member_splits, split_capacity
 
 
 class Prior(Policy):
@@ -111,9 +111,8 @@ class Prior(Policy):
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's h and g, each in one vmapped fit."""
-        sets = [[self._examples(collect_documents(data, member(counters, i), member(entered, i), split,
-                                                  self.min_impressions)) for split in (TRAIN, VALI)]
-                for i in range(len(logs))]
+        sets = [[self._examples(docs) for docs in split_docs]
+                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         split_keys = jax.vmap(jax.random.split)(keys)
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
         prior, info_h = fit_members(self._fit_prior, params["prior"], [t[0] for t, _ in sets], [v[0] for _, v in sets],

@@ -49,11 +49,11 @@ from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.mc_dropout import N_PASSES, MCDropoutMLP
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
-from ltrjax.online.policies.base import Policy, QueryView, member
+from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.policies.counterfactual import counters_of
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.online.training_data import collect_documents, split_capacity
+from ltrjax.online.training_data import member_splits, split_capacity
 
 STRATEGIES = ("topk", "randomk", "epsilon", "ucb")
 UCB_CENTERS = ("mc_mean", "model")
@@ -188,9 +188,8 @@ class UCBRank(Policy):
         """Every member's MLP in one vmapped fit (MSE to Delta, Eq. 8)."""
         split_keys = jax.vmap(jax.random.split)(keys)
         trains, vals, n_vals = [], [], []
-        for i in range(len(logs)):
-            train, val = (self.examples(collect_documents(data, member(counters, i), member(entered, i), split,
-                                                          self.min_impressions)) for split in (TRAIN, VALI))
+        for i, split_docs in enumerate(member_splits(data, counters, entered, len(logs), self.min_impressions)):
+            train, val = (self.examples(docs) for docs in split_docs)
             n_vals.append(len(val["target"]))
             if not n_vals[-1]:  # early-stop on the (dropout-free) training loss until validation data exist
                 val = dict(train)
