@@ -169,7 +169,7 @@ def _length(d: Mapping[str, np.ndarray]) -> int:
 def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndarray]],
                 vals: list[Mapping[str, np.ndarray]], keys: jax.Array, name: str,
                 capacity: tuple[int | None, int | None] = (None, None)) -> tuple[Any, list[dict]]:
-    """Retrain every member of a population in one vmapped, early-stopped fit; returns (params, infos).
+    """Retrain every member of a population in one compiled, early-stopped program; returns (params, infos).
 
     ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's
     examples (host arrays). Each member early-stops on its validation loss, or on its training loss

@@ -221,7 +221,7 @@ class CounterfactualL2(Policy):
         return fit_examples(x, regression_target(self.target, counters))
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
-        """Every member's model in one vmapped fit on its own documents."""
+        """Every member's model in one compiled fit (fit_members) on its own documents."""
         sets = [[self.examples(docs) for docs in split_docs]
                 for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         model, infos = fit_members(self._fit, params["model"], [s[0] for s in sets], [s[1] for s in sets], keys,

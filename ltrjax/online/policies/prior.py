@@ -110,7 +110,7 @@ class Prior(Policy):
         return fit_examples(x_nb, y), fit_examples(x_full, y)
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
-        """Every member's h and g, each in one vmapped fit."""
+        """Every member's h and g, each in one compiled fit (fit_members)."""
         sets = [[self._examples(docs) for docs in split_docs]
                 for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         split_keys = jax.vmap(jax.random.split)(keys)
