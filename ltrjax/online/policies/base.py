@@ -20,7 +20,7 @@ pytree ``Policy.Hyper`` (a ``flax.struct`` dataclass, the way gymnax passes ``En
 population of members stacks along a leading axis.
 
 Retraining is population-wise: ``update_population`` gets every member's parameters, counters and
-log with a leading member axis and may train them all in one vmapped fit; the default calls
+log with a leading member axis and may train them all in one compiled fit; the default calls
 ``update`` member by member, so a simple policy only writes ``update``.
 """
 
@@ -147,7 +147,7 @@ class Policy:
                           logs: list[SessionLog | None]) -> tuple[Params, list[dict]]:
         """Retrain every member: ``keys``, ``params``, ``hyper``, ``counters`` and ``entered`` carry a
         leading member axis, ``logs`` is one log per member. The default retrains member by member with
-        ``update``; trainers override it with one vmapped fit (``ltrjax.models.train.fit_members``)."""
+        ``update``; trainers override it with one compiled fit (``ltrjax.models.train.fit_members``)."""
         out = [self.update(keys[i], member(params, i), member(hyper, i), data, member(counters, i),
                            member(entered, i), logs[i]) for i in range(len(logs))]
         return stack_members([o[0] for o in out]), [o[1] for o in out]

@@ -135,7 +135,7 @@ class EBRank(Policy):
                 "n": n.astype(np.float32)}
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
-        """Every member's prior in one compiled fit (fit_members), on its own training/validation documents (Eq. 14)."""
+        """Every member's prior in one compiled fit (fit_members) on its own documents (Eq. 14)."""
         sets = [[self._examples(docs) for docs in split_docs]
                 for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))

@@ -185,7 +185,7 @@ class UCBRank(Policy):
         return {"features": x, "target": np.asarray(behav.delta(counters), np.float32)}
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
-        """Every member's MLP in one compiled fit (fit_members) (MSE to Delta, Eq. 8)."""
+        """Every member's MLP in one compiled fit (fit_members): MSE to Delta (Eq. 8)."""
         split_keys = jax.vmap(jax.random.split)(keys)
         trains, vals, n_vals = [], [], []
         for i, split_docs in enumerate(member_splits(data, counters, entered, len(logs), self.min_impressions)):
