@@ -4,8 +4,9 @@
 the policy scores the entered documents, the top K are shown, clicks are drawn from the click
 model, the counters are updated, and the NDCG of the shown list and the policy's session record
 are returned. ``scan_segment`` scans it over a segment's lane schedule for every bucket at once,
-with the policy's model frozen; ``population_segment`` does so for every member of a population. Both are module-level pure functions: the simulator ``jit``s (and, for a
-population of members, ``vmap``s) them with the policy and the protocol as static arguments.
+with the policy's model frozen; ``population_segment`` does so for every member of a population.
+All are module-level pure functions; the simulator ``jit``s ``population_segment`` with the policy
+bound as a static argument.
 """
 
 from __future__ import annotations
