@@ -10,6 +10,7 @@ training set neither recompiles nor pays for its padding.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,8 @@ class FitConfig:
     clip_norm: float | None = None
     weight_decay: float = 0.0
     member_batch: int = 1  # members fitted side by side (vmap) within a population; 1 = one after another
+    max_examples: int | None = None  # fit on a random subset of at most this many train (and val) examples
+    lbfgs_memory: int = 10  # optimizer=lbfgs: past updates kept by L-BFGS
 
     @classmethod
     def from_mapping(cls, cfg) -> "FitConfig":
@@ -43,6 +46,8 @@ class FitConfig:
 
 
 def make_optimizer(cfg: FitConfig) -> optax.GradientTransformation:
+    if cfg.optimizer == "lbfgs":
+        return optax.lbfgs(memory_size=int(cfg.lbfgs_memory))
     return optim.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.clip_norm, cfg.weight_decay)
 
 
@@ -87,6 +92,10 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
     ``jax.vmap`` (one fit per member of a population, ``fit_members``) the data-dependent loop bounds —
     the number of real minibatches and the early-stopping ``while_loop`` — become per-member masks:
     a member that has stopped keeps its parameters while the others train on.
+
+    ``optimizer="lbfgs"`` fits full-batch with L-BFGS and a zoom line search (``optax.lbfgs``): an
+    "epoch" is then one L-BFGS step on the whole training set (``batch_size`` and ``learning_rate``
+    are unused); early stopping is the same.
     """
     tx = make_optimizer(cfg)
 
@@ -94,6 +103,7 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
         return weighted_mean(loss_fn(params, batch), batch["weight"])
 
     grad_fn = jax.value_and_grad(batch_loss)
+    full_batch = cfg.optimizer == "lbfgs"
 
     def fit(params, train, val, key):
         n = train["weight"].shape[0]
@@ -101,6 +111,12 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
         real = train["weight"] > 0
         n_real = jnp.sum(real)
         n_batches = (n_real + batch - 1) // batch  # dynamic: padding beyond the last real batch is skipped
+
+        def lbfgs_step(params, opt_state, key):
+            value_fn = functools.partial(batch_loss, batch=train)
+            value, grads = optax.value_and_grad_from_state(value_fn)(params, state=opt_state)
+            updates, opt_state = tx.update(grads, opt_state, params, value=value, grad=grads, value_fn=value_fn)
+            return optax.apply_updates(params, updates), opt_state
 
         def epoch(params, opt_state, key):
             # real examples first, in a fresh random order; padding (weight 0) after them
@@ -130,7 +146,7 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
             best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), params, best_params)
             best_loss = jnp.where(improved, val_loss, best_loss)
             since_best = jnp.where(improved, 0, since_best + 1)
-            params, opt_state = epoch(params, opt_state, k_epoch)
+            params, opt_state = (lbfgs_step if full_batch else epoch)(params, opt_state, k_epoch)
             return i + 1, params, opt_state, best_params, best_loss, since_best, key
 
         init = (0, params, tx.init(params), params, jnp.inf, 0, key)
@@ -166,6 +182,20 @@ def _length(d: Mapping[str, np.ndarray]) -> int:
     return len(next(iter(d.values())))
 
 
+def subsample(arrays: Mapping[str, np.ndarray], limit: int | None, seed) -> Mapping[str, np.ndarray]:
+    """At most ``limit`` examples, drawn uniformly without replacement (kept in their order); all when fewer."""
+    n = _length(arrays)
+    if limit is None or n <= limit:
+        return arrays
+    keep = np.sort(np.random.default_rng(seed).choice(n, int(limit), replace=False))
+    return {k: v[keep] for k, v in arrays.items()}
+
+
+def _key_seed(key: jax.Array) -> list[int]:
+    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    return np.asarray(data, np.uint32).ravel().tolist()
+
+
 def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndarray]],
                 vals: list[Mapping[str, np.ndarray]], keys: jax.Array, name: str,
                 capacity: tuple[int | None, int | None] = (None, None)) -> tuple[Any, list[dict]]:
@@ -176,13 +206,18 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     while it has no validation examples yet; all members are padded to one power-of-two size capped
     at ``capacity`` (the most examples a split can hold), so a run compiles a handful of shapes. A
     member with fewer than ``min_examples`` training examples is skipped: its parameters are kept.
-    Non-finite parameters are refused.
+    With ``max_examples`` set, each member fits on a random subset of at most that many training and
+    validation examples (seeded by its key). Non-finite parameters are refused.
     """
     cfg = member_fit.cfg
     n_train = [_length(t) for t in trains]
     n_val = [_length(v) for v in vals]
+    if cfg.max_examples is not None:  # the same subset for a member whatever the population
+        seeds = [_key_seed(k) for k in keys]
+        trains = [subsample(t, cfg.max_examples, s + [0]) for t, s in zip(trains, seeds)]
+        vals = [subsample(v, cfg.max_examples, s + [1]) for v, s in zip(vals, seeds)]
     vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
-    train_size = max(padded_size(n, capacity[0]) for n in n_train)
+    train_size = max(padded_size(_length(t), capacity[0]) for t in trains)
     val_size = max(padded_size(_length(v), capacity[1]) for v in vals)
     stack = lambda ds: {k: np.stack([d[k] for d in ds]) for k in ds[0]}  # noqa: E731
     train = stack([pad_examples(t, cfg.batch_size, train_size) for t in trains])

@@ -1,0 +1,79 @@
+"""The shared fit loop (ltrjax/models/train.py): full-batch L-BFGS and the example cap."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ltrjax.models.train import FitConfig, MemberFit, fit_members, subsample
+
+
+def linear_loss(params, batch):
+    return (batch["x"] @ params["w"] + params["b"] - batch["y"]) ** 2
+
+
+def regression(n, dim=6, seed=0, noise=0.1):
+    """y = x w + 0.5 + noise, with one true w (seeded separately) for every sample."""
+    w = np.random.default_rng(12345).normal(size=dim)
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, dim)).astype(np.float32)
+    y = (x @ w + 0.5 + noise * rng.normal(size=n)).astype(np.float32)
+    return {"x": x, "y": y}
+
+
+def least_squares(data):
+    a = np.concatenate([data["x"], np.ones((len(data["y"]), 1), np.float32)], 1).astype(np.float64)
+    return np.linalg.lstsq(a, data["y"].astype(np.float64), rcond=None)[0]
+
+
+def init(dim=6, members=1):
+    return {"w": jnp.zeros((members, dim), jnp.float32), "b": jnp.zeros((members,), jnp.float32)}
+
+
+def test_lbfgs_reaches_the_least_squares_solution():
+    """Full-batch L-BFGS on a convex quadratic: the fitted weights equal NumPy's least squares."""
+    train, val = regression(3000, seed=0), regression(1000, seed=1)
+    fit = MemberFit(linear_loss, FitConfig(optimizer="lbfgs", max_epochs=100, patience=10))
+    params, infos = fit_members(fit, init(), [train], [val], jax.random.PRNGKey(0)[None], "t")
+    solution = least_squares(train)
+    np.testing.assert_allclose(np.asarray(params["w"][0]), solution[:-1], atol=2e-3)
+    np.testing.assert_allclose(float(params["b"][0]), solution[-1], atol=2e-3)
+    assert infos[0]["epochs"] < 100  # stopped on patience, long before max_epochs
+
+
+def test_lbfgs_members_fit_independently():
+    """Two members with different data in one program equal two populations of one."""
+    data = [regression(800, seed=s) for s in (1, 2)]
+    fit = MemberFit(linear_loss, FitConfig(optimizer="lbfgs", max_epochs=40, patience=5))
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    both, _ = fit_members(fit, init(members=2), data, data, keys, "t")
+    for i in range(2):
+        one, _ = fit_members(fit, init(), [data[i]], [data[i]], keys[i:i + 1], "t")
+        np.testing.assert_allclose(np.asarray(both["w"][i]), np.asarray(one["w"][0]), rtol=1e-5, atol=1e-6)
+
+
+def test_subsample_is_a_seeded_subset():
+    data = {"x": np.arange(100)[:, None] * np.ones((1, 3)), "y": np.arange(100.0)}
+    assert subsample(data, None, [1]) is data and subsample(data, 100, [1]) is data
+    a, b, c = subsample(data, 30, [1, 2]), subsample(data, 30, [1, 2]), subsample(data, 30, [7])
+    assert len(a["y"]) == 30 and len(set(a["y"].tolist())) == 30
+    np.testing.assert_array_equal(a["x"][:, 0], a["y"])  # rows stay aligned across arrays
+    assert np.all(np.diff(a["y"]) > 0)  # original order kept
+    np.testing.assert_array_equal(a["y"], b["y"])
+    assert not np.array_equal(a["y"], c["y"])
+
+
+def test_max_examples_fits_on_the_members_subset():
+    """A capped fit equals an uncapped fit on the same subset; the reported n_train is the full count."""
+    train, val = regression(2000, seed=4), regression(1500, seed=5)
+    key = jax.random.PRNGKey(9)
+    capped = MemberFit(linear_loss, FitConfig(optimizer="lbfgs", max_epochs=30, patience=5, max_examples=500))
+    full = MemberFit(linear_loss, FitConfig(optimizer="lbfgs", max_epochs=30, patience=5))
+    got, infos = fit_members(capped, init(), [train], [val], key[None], "t")
+    seed = np.asarray(key, np.uint32).ravel().tolist()
+    want, _ = fit_members(full, init(), [subsample(train, 500, seed + [0])], [subsample(val, 500, seed + [1])],
+                          key[None], "t")
+    np.testing.assert_allclose(np.asarray(got["w"]), np.asarray(want["w"]), rtol=1e-6, atol=1e-7)
+    assert infos[0]["n_train"] == 2000
+    assert not np.allclose(np.asarray(got["w"]), least_squares(train)[:-1], atol=1e-5)  # it did not see all
