@@ -27,6 +27,7 @@ from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_valid
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import LoggedLists, log_click_stats, pad_positions, top_k_lists
 from ltrjax.offline.train import TrainConfig, fit
+from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
 
@@ -47,7 +48,12 @@ DEFAULTS = {
     "train": {"batch_size": 64, "optimizer": "adam", "learning_rate": 0.01, "clip_norm": 5.0,
               "weight_decay": 0.0, "max_epochs": 300, "patience": 30, "eval_every": 1},
     "train_overrides": {"vectorization": {"eval_every": 5}},
+    # a Parquet click log (ltrjax.clicklog) to train the click estimators from instead of logging sessions;
+    # write every trial's logged sessions to RUN/click_logs/trialT.parquet; final parameters to RUN/models/
+    "click_log": None, "save_click_logs": False, "save_models": True,
+    "resume": True,  # a rerun into the same directory skips the trials already in its results.json
 }
+TOP_LEVEL = ("seed", "trials", "progress", "click_log", "save_click_logs")  # keys conf/config.yaml may set
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -71,8 +77,8 @@ def experiment_config(cfg) -> dict:
             exp = OmegaConf.to_container(exp, resolve=True)
     except ImportError:  # pragma: no cover
         pass
-    exp = {k: v for k, v in dict(exp or {}).items() if v is not None or k not in ("seed", "trials", "progress")}
-    top = {k: cfg.get(k) for k in ("seed", "trials", "progress")} if hasattr(cfg, "get") else {}
+    exp = {k: v for k, v in dict(exp or {}).items() if v is not None or k not in TOP_LEVEL}
+    top = {k: cfg.get(k) for k in TOP_LEVEL} if hasattr(cfg, "get") else {}
     defaults = _merge(DEFAULTS, {k: v for k, v in top.items() if v is not None})
     return _merge(defaults, exp)
 
@@ -196,6 +202,8 @@ def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
         rel = click_relevance(b.labels, exp, y_max)
         parts.append(pad_positions(top_k_lists(b, scores, rel, k), k))
     logged = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *parts)
+    order = jnp.argsort(logged.query_index)  # rows in query order, as a click log read back has them
+    logged = jax.tree_util.tree_map(lambda a: a[order], logged)
     labeled_train = _labeled_batch(pad_queries(eval_view, train_ids, rng, max_docs=exp["max_docs"]))
     info = {"n_train": int(len(train_ids)), "n_vali": int(len(vali_ids)), "n_test": int(len(test_ids)),
             "n_production_queries": int(n_prod), "n_logged_queries": int(len(logged_ids)),
@@ -205,8 +213,14 @@ def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
                      production_metrics=prod_metrics, info=info)
 
 
-def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict:
-    """Log sessions with ``exp['click_model']`` and train/evaluate ``estimators`` (default: all)."""
+def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_data=None, on_chunk=None,
+                on_fit=None) -> dict:
+    """Log sessions with ``exp['click_model']`` and train/evaluate ``estimators`` (default: all).
+
+    ``click_data`` = (LoggedLists, ClickStats, info) of a click log (``offline.click_data``) replaces the
+    logging; ``on_chunk`` receives the logged sessions (``log_click_stats``); ``on_fit(name, estimator,
+    FitResult)`` every trained model.
+    """
     estimators = list(estimators or exp["estimators"])
     k = int(exp["list_size"])
     key = jax.random.fold_in(jax.random.PRNGKey(trial.seed), 7)
@@ -214,23 +228,30 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict
     timing = {}
     click_names = [e for e in estimators if e not in ("production", "labeled")]
     if click_names:
-        model = make_click_model(exp["click_model"], k)
-        logged = trial.logged.replace(relevance=jnp.where(
-            trial.logged.mask, click_relevance(trial.logged.labels, exp, trial.y_max), 0.0))
+        source = trial.logged if click_data is None else click_data[0]
+        logged = source.replace(relevance=jnp.where(source.mask, click_relevance(source.labels, exp, trial.y_max), 0.0))
         t0 = time.perf_counter()
-        stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, int(exp["n_sessions"]),
-                                chunk=int(exp["logging_chunk"]), progress=exp.get("progress", False))
+        if click_data is None:
+            model = make_click_model(exp["click_model"], k)
+            stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, int(exp["n_sessions"]),
+                                    chunk=int(exp["logging_chunk"]), progress=exp.get("progress", False),
+                                    on_chunk=on_chunk)
+        else:
+            stats = click_data[1]
         timing["logging"] = time.perf_counter() - t0
-        data = ClickBatch(features=trial.logged.features, mask=trial.logged.mask, n_sessions=stats.n_sessions,
+        data = ClickBatch(features=logged.features, mask=logged.mask, n_sessions=stats.n_sessions,
                           clicks=stats.clicks, pairs=stats.pairs, pairs_lambda=stats.pairs_lambda)
         props = estimator_propensities(exp, logged, trial.y_max)
-        out["_logging"] = {"sessions": stats.total_sessions, "clicks": stats.total_clicks}
+        out["_logging"] = {"sessions": stats.total_sessions, "clicks": stats.total_clicks,
+                           **({"click_log": click_data[2]} if click_data is not None else {})}
     evaluator_kw = {"map_threshold": exp["eval"]["map_threshold"], "drop_no_relevant": exp["eval"]["drop_no_relevant"]}
     for name in estimators:
         t0 = time.perf_counter()
         if name == "production":
             res = dict(trial.production_metrics)
             res["epochs"] = trial.production.history["epochs"]
+            if on_fit is not None:
+                on_fit(name, trial.production_estimator, trial.production)
         elif name == "labeled":
             ck = ("labeled", exp["ranker"], json.dumps(exp["train"], sort_keys=True),
                   exp["estimator_options"]["labeled_form"])
@@ -241,6 +262,8 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict
                 res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
                 res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])
                 trial.cache[ck] = res
+                if on_fit is not None:
+                    on_fit(name, est, fr)
             res = dict(trial.cache[ck])
         else:
             est = make_estimator(name, exp["estimator_options"], exp["ranker"], exp["hidden"])
@@ -248,6 +271,8 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print) -> dict
                      validate=make_validator(est, trial.vali), props=props)
             res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
             res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])
+            if on_fit is not None:
+                on_fit(name, est, fr)
             if "theta" in fr.state:
                 res["learned_theta"] = np.asarray(fr.state["theta"]).round(4).tolist()
             if "propensity" in fr.params:
@@ -324,25 +349,98 @@ def load_queryset(cfg, exp: dict):
     return load_dataset(ds, seed=int(exp["seed"]))
 
 
+RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
+
+
+def finished_trials(out_dir: pathlib.Path, exp: dict, qs) -> tuple[list[dict], list[dict]]:
+    """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
+
+    A file written for another dataset or configuration (other than the trial count) is refused.
+    """
+    path = out_dir / "results.json"
+    if not path.exists():
+        return [], []
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
+    mine = _jsonable({k: v for k, v in exp.items() if k not in RESUME_IGNORES})
+    theirs = {k: v for k, v in (old.get("config") or {}).items() if k not in RESUME_IGNORES}
+    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if old.get("dataset") != getattr(qs, "name", "?") or differ:
+        what = f"experiment.{differ[0]} = {theirs.get(differ[0])!r}, this run has {mine.get(differ[0])!r}" if differ \
+            else f"dataset {old.get('dataset')!r}, this run has {getattr(qs, 'name', '?')!r}"
+        raise ValueError(f"{path} was written for {what}; use another output directory (hydra.run.dir=...)")
+    infos = list(old.get("trials_info") or [])
+    trials = [{name: entry["trials"][t] for name, entry in old["algorithms"].items() if t < len(entry["trials"])}
+              for t in range(len(infos))]
+    return trials, infos
+
+
+def _run_trial(trial: TrialData, exp: dict, qs, out_dir: pathlib.Path, t: int, click_log) -> dict:
+    """``run_setting`` of one trial of ``run_offline``: from the click log if given, with its models saved
+    under ``out_dir/models/`` and its logged sessions under ``out_dir/click_logs/`` when asked."""
+    click_data, on_chunk, writer = None, None, None
+    if click_log is not None:
+        from ltrjax.offline.click_data import click_training_data
+
+        click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
+                                         chunk=int(exp["logging_chunk"]), path=str(exp["click_log"]))
+    elif exp.get("save_click_logs"):
+        from ltrjax.clicklog import ClickLogWriter
+        from ltrjax.offline.click_data import logged_sessions
+
+        writer = ClickLogWriter(out_dir / "click_logs" / f"trial{t}.parquet",
+                                {"source": "offline", "dataset": getattr(qs, "name", "?"), "seed": trial.seed,
+                                 "click_model": exp["click_model"]})
+        on_chunk = lambda first, q, c: writer.write(logged_sessions(trial.logged, qs, first, q, c))  # noqa: E731
+    on_fit = None
+    if exp.get("save_models", True):
+        spec = feature_spec(qs)
+
+        def on_fit(name, est, fr):
+            meta = {"kind": "offline", "estimator": name, "options": exp["estimator_options"],
+                    "ranker": "linear" if name == "production" else exp["ranker"], "hidden": exp["hidden"],
+                    "trial": t, "seed": trial.seed, "n_features": trial.n_features, "features": spec}
+            save_model(model_path(out_dir, name, t), meta, fr.params, fr.state)
+    try:
+        return run_setting(trial, exp, click_data=click_data, on_chunk=on_chunk, on_fit=on_fit)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
 def run_offline(cfg, out_dir, queryset=None) -> dict:
     """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md."""
     exp = experiment_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else load_queryset(cfg, exp)
-    trials, infos = [], []
+    trials, infos = finished_trials(out_dir, exp, qs) if exp.get("resume", True) else ([], [])
+    click_log = None
+    if exp.get("click_log"):
+        from ltrjax.clicklog import read_click_log
+
+        click_log = read_click_log(exp["click_log"])
     from tqdm import tqdm
 
+    results = None
     for t in tqdm(range(int(exp["trials"])), desc="offline trials", disable=not exp.get("progress", False)):
         seed = int(exp["seed"]) + t
+        if t < len(trials):
+            print(f"trial {t} (seed {seed}): finished in {out_dir / 'results.json'}, skipped", flush=True)
+            continue
         print(f"trial {t} (seed {seed})", flush=True)
         trial = prepare_trial(qs, exp, seed)
-        res = run_setting(trial, exp)
+        res = _run_trial(trial, exp, qs, out_dir, t, click_log)
         trials.append(res)
-        infos.append({**trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
+        infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
         results = {"algorithms": summarize(trials, exp["estimators"]), "dataset": getattr(qs, "name", "?"),
                    "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos}
         (out_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
+    if results is None:  # every trial was already there
+        results = {"algorithms": summarize(trials, exp["estimators"]), "dataset": getattr(qs, "name", "?"),
+                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos}
     md = markdown_table(results["algorithms"], f"{results['dataset']}: {exp['click_model']} "
                         f"n_sessions={exp['n_sessions']}, {len(trials)} trials")
     (out_dir / "results.md").write_text(md)

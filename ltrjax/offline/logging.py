@@ -145,11 +145,12 @@ def log_sessions(key, model: ClickModel, logged: LoggedLists, n_sessions: int) -
 
 @functools.partial(jax.jit, static_argnames=("chunk",))
 def _log_chunk(key, i, remaining, stats: ClickStats, model: ClickModel, logged: LoggedLists, chunk: int):
+    """(stats plus chunk ``i``'s sessions, its logged query ``[chunk]`` and clicks ``[chunk, K]``)."""
     n_queries, k = logged.mask.shape
     query, uniforms = draw_sessions(jax.random.fold_in(key, i), chunk, n_queries, k)
     clicks = session_clicks(model, logged, query, uniforms)
     weight = jnp.arange(chunk) < remaining
-    return _add(stats, reduce_sessions(clicks, query, n_queries, weight))
+    return _add(stats, reduce_sessions(clicks, query, n_queries, weight)), query, clicks
 
 
 def empty_stats(n_queries: int, k: int) -> ClickStats:
@@ -158,10 +159,12 @@ def empty_stats(n_queries: int, k: int) -> ClickStats:
 
 
 def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int,
-                    chunk: int = 1 << 17, progress: bool = False) -> ClickStats:
+                    chunk: int = 1 << 17, progress: bool = False, on_chunk=None) -> ClickStats:
     """Log ``n_sessions`` sessions in jitted chunks, reduced to per-query ``ClickStats``.
 
     Chunk ``i`` uses ``fold_in(key, i)``; the last chunk is masked to the remaining count.
+    ``on_chunk(first_session, query, clicks)``, if given, receives every chunk's sessions as host
+    arrays (logged-query row ``[n]``, clicks ``[n, K]``), e.g. to write them to a click log.
     """
     n_queries, k = logged.mask.shape
     chunk = int(max(1, min(chunk, n_sessions)))
@@ -173,7 +176,10 @@ def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int
 
         it = tqdm(it, desc="logging sessions", leave=False)
     for i in it:
-        stats = _log_chunk(key, i, n_sessions - i * chunk, stats, model, logged, chunk)
+        stats, query, clicks = _log_chunk(key, i, n_sessions - i * chunk, stats, model, logged, chunk)
+        if on_chunk is not None:
+            n = min(chunk, n_sessions - i * chunk)
+            on_chunk(i * chunk, np.asarray(query)[:n], np.asarray(clicks)[:n])
     return jax.block_until_ready(stats)
 
 

@@ -1,0 +1,124 @@
+"""Click logs (Parquet): the offline round trip (simulate, export, import, train = training in memory),
+the online export, and the errors of malformed files."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ltrjax.clicklog import SCHEMA, ClickLog, ClickLogError, read_click_log, write_click_log
+from ltrjax.offline.click_data import click_training_data
+from ltrjax.offline.experiment import run_offline
+from ltrjax.offline.toy import toy_queryset
+
+ESTIMATORS = ["naive", "ips", "prs", "dla", "pair_debias"]
+
+
+def _offline_cfg(**extra):
+    return {"experiment": {"trials": 1, "n_sessions": 20_000, "progress": False, "estimators": ESTIMATORS,
+                           "click_model": {"threshold": 2}, "train": {"max_epochs": 4, "patience": 2},
+                           "logging_chunk": 8192, "eval_buckets": 1, "save_models": False, **extra}}
+
+
+def test_offline_round_trip_trains_the_same_estimators(tmp_path):
+    qs = toy_queryset(n_queries=120, seed=5)
+    memory = run_offline(_offline_cfg(save_click_logs=True), tmp_path / "memory", queryset=qs)
+    path = tmp_path / "memory" / "click_logs" / "trial0.parquet"
+    log = read_click_log(path)
+    assert log.n_sessions == 20_000 and set(np.unique(log.split)) == {0}
+    assert log.metadata["source"] == "offline" and json.loads(log.metadata["click_model"])["threshold"] == 2
+    assert int(log.clicks.sum()) == memory["trials_info"][0]["clicks"]
+    replay = run_offline(_offline_cfg(click_log=str(path)), tmp_path / "replay", queryset=qs)
+    for name in ESTIMATORS:
+        a, b = memory["algorithms"][name]["trials"][0], replay["algorithms"][name]["trials"][0]
+        for key in ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map", "epochs", "best_vali"):
+            assert a[key] == b[key], (name, key, a[key], b[key])
+    info = replay["trials_info"][0]["click_log"]
+    assert info["sessions_train"] == 20_000 and info["lists"] == info["queries"]
+
+
+def _log(n=4, k=3):
+    rng = np.random.default_rng(0)
+    docs = np.tile(np.arange(k, dtype=np.int32), (n, 1))
+    docs[0, 2] = -1  # an empty position
+    return ClickLog(session_id=np.arange(n), time=np.arange(n) * 10, query_id=np.array([1, 2, 1, 3]),
+                    doc_ids=docs, clicks=(rng.random((n, k)) < 0.5) & (docs >= 0), split=np.array([0, 0, 1, 2], np.int8))
+
+
+def test_write_read_preserves_every_column(tmp_path):
+    log = _log()
+    write_click_log(tmp_path / "log.parquet", log, {"dataset": "toy"})
+    back = read_click_log(tmp_path / "log.parquet")
+    for field in ("session_id", "time", "query_id", "doc_ids", "clicks", "split"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(log, field), err_msg=field)
+    assert back.metadata == {"schema_version": "1", "dataset": "toy"}
+    table = pq.read_table(tmp_path / "log.parquet")
+    assert table.schema.remove_metadata() == SCHEMA
+    assert table.column("positions").to_pylist()[0] == [1, 2]  # the empty position is left out
+
+
+def _write_rows(path, **overrides):
+    rows = {"session_id": [0, 1], "time": [0, 1], "query_id": [1, 2], "doc_ids": [[0, 1], [1, 0]],
+            "positions": [[1, 2], [1, 2]], "clicks": [[True, False], [False, False]], "split": ["train", "train"]}
+    rows.update(overrides)
+    schema = pa.schema([f for f in SCHEMA if f.name in rows])
+    pq.write_table(pa.table({k: v for k, v in rows.items()}, schema=schema), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"positions": [[1, 2], [1, 1]]}, "row 1: expected each position at most once"),
+    ({"clicks": [[True, False], [False]]}, "row 1: expected doc_ids, positions and clicks of equal length"),
+    ({"split": ["train", "valid"]}, "row 1: expected split one of ['train', 'vali', 'test'], got 'valid'"),
+    ({"positions": [[0, 1], [1, 2]]}, "row 0: expected positions in 1..1000"),
+    ({"doc_ids": [[0, 1], [-3, 0]]}, "row 1: expected doc_ids >= 0"),
+    ({"query_id": [1, None]}, "row 1: expected a value in column query_id, got null"),
+])
+def test_bad_rows_name_file_row_and_expectation(tmp_path, overrides, message):
+    path = _write_rows(tmp_path / "bad.parquet", **overrides)
+    with pytest.raises(ClickLogError) as err:
+        read_click_log(path)
+    assert str(err.value).startswith(f"{path}, {message}"), str(err.value)
+
+
+def test_bad_files_and_columns(tmp_path):
+    missing = tmp_path / "missing.parquet"
+    pq.write_table(pa.table({"session_id": [0]}), missing)
+    with pytest.raises(ClickLogError, match=r"missing.parquet: expected columns .* \(missing \['time'"):
+        read_click_log(missing)
+    wrong = _write_rows(tmp_path / "wrong.parquet")
+    table = pq.read_table(wrong).set_column(2, "query_id", pa.array(["a", "b"]))
+    pq.write_table(table, wrong)
+    with pytest.raises(ClickLogError, match="expected column query_id of type int64, got string"):
+        read_click_log(wrong)
+    text = tmp_path / "log.txt"
+    text.write_text("not parquet")
+    with pytest.raises(ClickLogError, match="log.txt: expected a Parquet file"):
+        read_click_log(text)
+    with pytest.raises(ClickLogError, match="no such file"):
+        read_click_log(tmp_path / "absent.parquet")
+
+
+def test_sessions_must_match_the_dataset(tmp_path):
+    qs = toy_queryset(n_queries=30, seed=1)
+    train_q = int(np.flatnonzero(qs.split == 0)[0])
+    vali_q = int(np.flatnonzero(qs.split == 1)[0])
+    relevance = lambda y: y.astype(np.float32)  # noqa: E731
+
+    def log_of(qid, docs, split=0):
+        return ClickLog(session_id=np.arange(1), time=np.arange(1), query_id=np.array([qid]),
+                        doc_ids=np.array([docs], np.int32), clicks=np.zeros((1, len(docs)), bool),
+                        split=np.array([split], np.int8))
+
+    with pytest.raises(ClickLogError, match="f.parquet, row 0: expected a query_id of dataset 'toy'"):
+        click_training_data(log_of(10**9, [0, 1]), qs, relevance, path="f.parquet")
+    n_docs = int(qs.docs_per_query[train_q])
+    with pytest.raises(ClickLogError, match=f"row 0: expected doc_ids below {n_docs}"):
+        click_training_data(log_of(int(qs.qids[train_q]), [0, n_docs]), qs, relevance)
+    with pytest.raises(ClickLogError, match="split 'train' only for training queries"):
+        click_training_data(log_of(int(qs.qids[vali_q]), [0, 1]), qs, relevance)
+    logged, stats, info = click_training_data(log_of(int(qs.qids[train_q]), [1, -1, 0]), qs, relevance)
+    assert np.asarray(logged.mask).tolist() == [[True, False, True]]
+    assert info["sessions_train"] == 1 and float(stats.n_sessions.sum()) == 1.0
