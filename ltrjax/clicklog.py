@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ltrjax.data.errors import DataFormatError
 from ltrjax.data.queryset import SPLIT_NAMES
 
 SCHEMA_VERSION = "1"
@@ -49,14 +50,18 @@ LIST_COLUMNS = ("doc_ids", "positions", "clicks")
 MAX_POSITIONS = 1000
 
 
-class ClickLogError(ValueError):
+class ClickLogError(DataFormatError):
     """A click-log file does not follow ``SCHEMA``; ``str(e)`` names the file, the row (0-based) and what
-    was expected."""
+    was expected. A ``DataFormatError``, so the entry point exits with status 2 and this one line."""
 
     def __init__(self, path, row: int | None, expected: str, got: str = ""):
-        self.path, self.row, self.expected, self.got = str(path), row, expected, got
+        super().__init__(path, -1 if row is None else row, expected, got)
+        self.row = row
         where = f"{self.path}" + (f", row {row}" if row is not None else "")
-        super().__init__(f"{where}: expected {expected}" + (f", got {got}" if got else ""))
+        self.args = (f"{where}: expected {expected}" + (f", got {got}" if got else ""),)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,6 +40,7 @@ from ltrjax.report.online_report import (
     write_simple_report,
 )
 from ltrjax.report.results import ResultsWriter
+from ltrjax.saved import feature_spec, model_path, save_model
 
 log = logging.getLogger("ltrjax")
 
@@ -185,9 +186,11 @@ class OnlineRun:
     """Runs (or resumes) every algorithm x trial of one protocol into one output directory."""
 
     def __init__(self, cfg: DictConfig, out_dir: Path, sim: Simulator, header: dict, algorithms: dict,
-                 trials: int, label: str):
+                 trials: int, label: str, queryset: QuerySet | None = None):
         self.cfg, self.out_dir, self.sim, self.trials, self.label = cfg, Path(out_dir), sim, int(trials), label
         self.algorithms = algorithms
+        self.queryset = queryset  # with it, every trial's final parameters go to out_dir/models/ (ltrjax.saved)
+        self.save_click_logs = bool(cfg.get("save_click_logs", False)) and queryset is not None
         ecfg = cfg.experiment
         self.tune = bool(ecfg.get("tune", True))
         self.tune_split = str(ecfg.get("tune_split", "vali"))
@@ -222,7 +225,7 @@ class OnlineRun:
             keys = [trial_key(self.cfg, t) for t in trials for _ in grid]
             tic = time.perf_counter()
             results = self.sim.run_population(policy, keys, [values for _ in trials for values in grid],
-                                              progress=self.progress)
+                                              progress=self.progress, keep_logs=self.save_click_logs)
             wall = time.perf_counter() - tic
             for i, trial in enumerate(trials):
                 best, chosen, scores = choose(results[i * len(grid):(i + 1) * len(grid)], grid, self.tune_split)
@@ -233,6 +236,7 @@ class OnlineRun:
                 record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
                 record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
                 save_units(self.units_path(name, trial), self.sim, best)
+                self.save_outputs(key, name, trial, best, chosen)
                 self.writer.add_trial(name, record)
                 bar.update(1)
                 log.info("%s %-24s trial %d: Cum %.2f  Warm %.4f  Cold %.4f  %s", self.label, name, trial,
@@ -242,6 +246,23 @@ class OnlineRun:
                      len(grid), len(keys), wall)
         bar.close()
         return self.writer
+
+    def save_outputs(self, key: str, name: str, trial: int, best: TrialResult, chosen: dict) -> None:
+        """The trial's final parameters (``models/NAME/trialT.msgpack``) and, if asked, its main-phase
+        sessions (``click_logs/NAME/trialT.parquet``)."""
+        if self.queryset is None:
+            return
+        meta = {"kind": "online", "algorithm": name, "key": key, "trial": trial, "seed": int(self.cfg.seed),
+                "config": OmegaConf.to_container(self.algorithms[key], resolve=True), "chosen": chosen,
+                "features": feature_spec(self.queryset)}
+        save_model(model_path(self.out_dir, name, trial), meta, best.final_params)
+        if self.save_click_logs:
+            from ltrjax.clicklog import from_online_logs, write_click_log
+
+            path = self.out_dir / "click_logs" / safe_name(name) / f"trial{trial}.parquet"
+            write_click_log(path, from_online_logs(best.logs, self.queryset, self.sim.data.split_of_query),
+                            {"source": "online", "algorithm": name, "trial": trial, "dataset": self.sim.data.name,
+                             "click_model": OmegaConf.to_container(self.cfg.click_model, resolve=True)})
 
     def objective(self, key: str | None = None) -> float:
         """Mean over trials of the validation-split Cum-NDCG of ``key`` (default: ebrank, else the first row)."""
@@ -272,7 +293,7 @@ def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: OnlineRun) -> dict | N
             header = {**run_header(cfg, sim, None), "entry_prob": eta}
             algorithms = {k: cfg.algorithms[k] for k in keys}
             run = OnlineRun(cfg, out_dir / "eta_sweep" / f"eta_{eta:g}", sim, header, algorithms, trials,
-                           f"η={eta:g}")
+                           f"η={eta:g}", queryset=main.queryset)
             rows = run.run().algorithms
         for name in series:
             for m in METRICS:
@@ -299,6 +320,9 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     report (significance, exploitation ratios, click rates, sweeps). Returns the validation objective
     (``experiment.objective``: an algorithm key; default ebrank, else the first row).
     """
+    if cfg.get("click_log"):
+        raise ValueError(f"click_log={cfg.click_log} is read by experiment=offline only (it trains the offline "
+                         f"estimators); the online experiments simulate their own clicks")
     tic = time.perf_counter()
     data = padded_data(cfg, queryset)
     sim = build_simulator(cfg, data)
@@ -309,7 +333,7 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
              len(algorithms), int(cfg.trials))
     if int(cfg.trials) < 1:
         raise ValueError(f"trials must be >= 1, got {cfg.trials}")
-    main = OnlineRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name)
+    main = OnlineRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name, queryset=queryset)
     main.run()
     wall = time.perf_counter() - tic
     main.writer.header["wall_seconds"] = wall
