@@ -1,0 +1,38 @@
+"""experiment=offline resumes: a rerun into the same directory skips the finished trials and ends where a
+fresh run ends; a directory written for another configuration is refused."""
+
+import json
+
+import pytest
+
+from ltrjax.offline import experiment
+from ltrjax.offline.toy import toy_queryset
+
+
+def _cfg(trials, **extra):
+    return {"experiment": {"trials": trials, "n_sessions": 5_000, "progress": False, "estimators": ["ips", "production"],
+                           "click_model": {"threshold": 2}, "train": {"max_epochs": 3, "patience": 2},
+                           "logging_chunk": 4096, "eval_buckets": 1, **extra}}
+
+
+def test_offline_rerun_skips_finished_trials(tmp_path, monkeypatch):
+    qs = toy_queryset(n_queries=60, seed=3)
+    experiment.run_offline(_cfg(1), tmp_path / "run", queryset=qs)
+    first = json.loads((tmp_path / "run" / "results.json").read_text())
+    seeds = []
+    original = experiment.prepare_trial
+    monkeypatch.setattr(experiment, "prepare_trial", lambda q, e, seed: seeds.append(seed) or original(q, e, seed))
+    resumed = experiment.run_offline(_cfg(2), tmp_path / "run", queryset=qs)
+    assert seeds == [1]  # trial 0 (seed 0) was not run again
+    assert resumed["algorithms"]["ips"]["trials"][0] == first["algorithms"]["ips"]["trials"][0]
+    assert [info["seed"] for info in resumed["trials_info"]] == [0, 1]
+    assert (tmp_path / "run" / "models" / "ips" / "trial1.msgpack").exists()
+    fresh = experiment.run_offline(_cfg(2), tmp_path / "fresh", queryset=qs)
+    for name in ("ips", "production"):
+        assert [t["ndcg@10"] for t in resumed["algorithms"][name]["trials"]] == \
+            [t["ndcg@10"] for t in fresh["algorithms"][name]["trials"]]
+    seeds.clear()
+    experiment.run_offline(_cfg(2), tmp_path / "run", queryset=qs)  # everything finished: nothing runs
+    assert seeds == []
+    with pytest.raises(ValueError, match="experiment.n_sessions = 5000, this run has 6000; use another output"):
+        experiment.run_offline(_cfg(2, n_sessions=6_000), tmp_path / "run", queryset=qs)
