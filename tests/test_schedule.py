@@ -19,7 +19,7 @@ def _check_schedule(rows, n_lanes):
     counts = np.bincount(rows) if rows.size else np.zeros(1, int)
     assert schedule.shape[0] >= counts.max()
     lane_load = (schedule >= 0).sum(0)
-    assert schedule.shape[0] == padded_steps(int(lane_load.max()))  # padded to few compiled shapes
+    assert schedule.shape[0] == max(int(lane_load.max()), 1)  # unpadded: the simulator pads once
     for lane in range(n_lanes):  # a lane's sessions are packed at its start
         assert np.all(schedule[: lane_load[lane], lane] >= 0)
     lane_of_query = {}
@@ -46,7 +46,7 @@ def test_lane_schedule(n, n_queries, n_lanes):
     counts = np.bincount(rows)
     # balanced: no more steps than the padded ideal load (sessions / lanes or the biggest query)
     ideal = max(counts.max(), -(-n // n_lanes))
-    assert schedule.shape[0] <= padded_steps(int(1.5 * ideal) + 1)
+    assert schedule.shape[0] <= int(1.5 * ideal) + 1
 
 
 def test_lane_schedule_skewed_and_empty():
@@ -69,8 +69,8 @@ def test_padded_steps_monotone_and_not_smaller():
     values = [padded_steps(s) for s in range(0, 5000)]
     assert all(v >= max(s, 1) for s, v in zip(range(0, 5000), values))
     assert all(b >= a for a, b in zip(values, values[1:]))
-    assert len(set(values[9:])) < 40  # a geometric ladder: few distinct shapes
-    assert padded_steps(100) <= 125
+    assert len(set(values[9:])) < 70  # a geometric ladder (growth 1.1): few distinct shapes
+    assert all(v <= 1.1 * s + 1 for s, v in zip(range(9, 5000), values[9:]))  # at most ~10 % idle padding
 
 
 def test_draw_sessions():

@@ -45,7 +45,7 @@ def update_points(n_sessions: int, n_updates: int) -> np.ndarray:
     return np.linspace(0, n_sessions - 1, n_updates + 1)[1:].astype(np.int64)
 
 
-def padded_steps(steps: int, growth: float = 1.25) -> int:
+def padded_steps(steps: int, growth: float = 1.1) -> int:
     """Round a step count up to the next value of a geometric ladder, so few shapes get compiled."""
     if steps <= 8:
         return max(steps, 1)
@@ -76,7 +76,8 @@ def lane_schedule(rows: np.ndarray, n_lanes: int) -> np.ndarray:
     """Pack sessions (given by their query row, in time order) into lanes.
 
     Returns ``schedule`` of shape ``[steps, n_lanes]``: the index into ``rows`` of the session a
-    lane runs at each step, or -1 when the lane is idle.
+    lane runs at each step, or -1 when the lane is idle. ``steps`` is the busiest lane's load, unpadded:
+    the simulator pads every bucket and segment to one step count of the ``padded_steps`` ladder, once.
     """
     n = rows.shape[0]
     if n == 0:
@@ -87,7 +88,6 @@ def lane_schedule(rows: np.ndarray, n_lanes: int) -> np.ndarray:
     lane_sorted = lane[by_lane]
     start = np.searchsorted(lane_sorted, np.arange(n_lanes))
     step = np.arange(n) - start[lane_sorted]
-    steps = padded_steps(int(step.max()) + 1)
-    schedule = np.full((steps, n_lanes), -1, np.int64)
+    schedule = np.full((int(step.max()) + 1, n_lanes), -1, np.int64)
     schedule[step, lane_sorted] = by_lane
     return schedule
