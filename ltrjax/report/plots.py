@@ -1,14 +1,22 @@
-"""Figures of an online run: NDCG over time (EBRank Fig. 3 style)."""
+"""Figures of an online run: NDCG over time (EBRank Fig. 3 style).
+
+Figures are ``matplotlib.figure.Figure`` objects saved directly (no pyplot), so drawing them neither
+needs nor changes the user's matplotlib backend or pyplot's figure list.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def subplots(*args, figsize, **kwargs):
+    """(figure, axes) like ``pyplot.subplots``, without pyplot's global state."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def series_color(i: int, n: int):
@@ -17,13 +25,13 @@ def series_color(i: int, n: int):
     if n <= 10:
         return f"C{i}"
     if n <= 20:
-        return plt.get_cmap("tab20")(i)
-    return plt.get_cmap("turbo")(i / max(n - 1, 1))
+        return matplotlib.colormaps["tab20"](i)
+    return matplotlib.colormaps["turbo"](i / max(n - 1, 1))
 
 
 def plot_ndcg_over_time(results: dict, path: Path) -> None:
     """Left: NDCG@5 of shown lists on test sessions over time; right: Warm/Cold NDCG@5 per evaluation."""
-    fig, (ax_online, ax_eval) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax_online, ax_eval) = subplots(1, 2, figsize=(12, 4.5))
     sessions = results.get("sessions", 1)
     for i, (name, entry) in enumerate(results["algorithms"].items()):
         color = series_color(i, len(results["algorithms"]))
@@ -47,7 +55,6 @@ def plot_ndcg_over_time(results: dict, path: Path) -> None:
     fig.suptitle(f"{results.get('dataset', '')}: {sessions} sessions, {results.get('trials', '')} trials")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # --- analysis figures (UCBRank Fig. 1 and 2, EBRank Fig. 4 and Table 4) ---------------------------
@@ -64,7 +71,6 @@ def _save(fig, path) -> None:
         fig.savefig(tmp, dpi=120, format=fmt)
         os.replace(tmp, path)
     finally:
-        plt.close(fig)
         if tmp.exists():
             tmp.unlink()
 
@@ -94,7 +100,7 @@ def plot_click_rate_by_entry(curves: dict[str, dict], path, title: str = "") -> 
     (n_bins + 1 values, bin 0 = initial documents; or per point a list of trial values), optional
     ``rate_std`` (drawn as a band) and ``labels``. "initial" is the leftmost point, set apart.
     """
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = subplots(figsize=(8, 4.5))
     labels = None
     for i, (name, entry) in enumerate(curves.items()):
         mean, std = _curve(entry)
@@ -145,7 +151,7 @@ def plot_sweep(x_values, series: dict[str, dict[str, list]], path, xlabel: str, 
     """
     x = np.asarray(x_values, np.float64)
     labels = dict(metrics) if isinstance(metrics, dict) else {m: m for m in metrics}
-    fig, axes = plt.subplots(1, len(labels), figsize=(4.8 * len(labels), 4), squeeze=False)
+    fig, axes = subplots(1, len(labels), figsize=(4.8 * len(labels), 4), squeeze=False)
     for ax, (metric, label) in zip(axes[0], labels.items()):
         for i, (name, per_metric) in enumerate(series.items()):
             if metric not in per_metric:
@@ -177,7 +183,7 @@ def plot_exploitation_ratio(ratios: dict, path, title: str = "") -> None:
     groups = {n: (dict(v) if isinstance(v, dict) else {"behaviour": v}) for n, v in ratios.items()}
     columns = list(dict.fromkeys(c for g in groups.values() for c in g))
     width = 0.8 / max(len(columns), 1)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(names) + 2), 4))
+    fig, ax = subplots(figsize=(max(5.0, 1.1 * len(names) + 2), 4))
     x = np.arange(len(names), dtype=np.float64)
     for j, col in enumerate(columns):
         stats = [_mean_std([groups[n].get(col, [])]) for n in names]
