@@ -77,3 +77,48 @@ def test_max_examples_fits_on_the_members_subset():
     np.testing.assert_allclose(np.asarray(got["w"]), np.asarray(want["w"]), rtol=1e-6, atol=1e-7)
     assert infos[0]["n_train"] == 2000
     assert not np.allclose(np.asarray(got["w"]), least_squares(train)[:-1], atol=1e-5)  # it did not see all
+
+
+def test_capped_document_collection_equals_subsample_of_all():
+    """``collect_documents(limit=L, seed=s)`` (features of dropped documents never gathered) equals
+    ``subsample(collect_documents(), L, s)``, across several buckets; ``member_splits`` uses the seeds that
+    ``fit_members`` would, so its own cap is then a no-op."""
+    from ltrjax.data.layout import pad_and_bucket
+    from ltrjax.data.queryset import TRAIN, VALI
+    from ltrjax.models.train import key_seed
+    from ltrjax.online.state import DocCounters
+    from ltrjax.online.training_data import collect_documents, member_splits
+    from tests.toy_data import toy_queryset
+
+    data = pad_and_bucket(toy_queryset(n_queries=60, min_docs=6, max_docs=40, seed=5), n_buckets=3,
+                          single_bucket_cells=0)
+    assert len(data.buckets) > 1
+    rng = np.random.default_rng(0)
+    counters, entered = [], []
+    for b in data.buckets:
+        shape = b.labels.shape
+        imp = rng.integers(0, 40, shape).astype(np.float32)
+        stat = lambda: jnp.asarray(rng.random(shape, np.float32) * imp)  # noqa: E731
+        counters.append(DocCounters(clicks=stat(), ips_clicks=stat(), impressions=jnp.asarray(imp), exposure=stat(),
+                                    alpha_sum=stat(), beta_sum=stat()))
+        entered.append(jnp.asarray(rng.random(shape) < 0.8))
+    counters, entered = tuple(counters), tuple(entered)
+    full = collect_documents(data, counters, entered, TRAIN, 20)
+    n = len(full["impressions"])
+    assert n > 50
+    capped = collect_documents(data, counters, entered, TRAIN, 20, limit=50, seed=[3, 4])
+    want = subsample(full, 50, [3, 4])
+    assert set(capped) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(capped[k], want[k])
+    assert collect_documents(data, counters, entered, TRAIN, 20, limit=n, seed=[3])["features"].shape[0] == n
+
+    keys = jax.random.split(jax.random.PRNGKey(2), 2)
+    stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), counters)
+    splits = member_splits(data, stacked, jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), entered), 2, 20,
+                           keys, 50)
+    for i in range(2):
+        for j, split in enumerate((TRAIN, VALI)):
+            all_docs = collect_documents(data, counters, entered, split, 20)
+            np.testing.assert_array_equal(splits[i][j]["features"],
+                                          subsample(all_docs, 50, key_seed(keys[i]) + [j])["features"])

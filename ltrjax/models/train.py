@@ -191,7 +191,8 @@ def subsample(arrays: Mapping[str, np.ndarray], limit: int | None, seed) -> Mapp
     return {k: v[keep] for k, v in arrays.items()}
 
 
-def _key_seed(key: jax.Array) -> list[int]:
+def key_seed(key: jax.Array) -> list[int]:
+    """A NumPy seed (list of uint32 words) from a JAX key, typed or raw."""
     data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     return np.asarray(data, np.uint32).ravel().tolist()
 
@@ -213,7 +214,7 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     n_train = [_length(t) for t in trains]
     n_val = [_length(v) for v in vals]
     if cfg.max_examples is not None:  # the same subset for a member whatever the population
-        seeds = [_key_seed(k) for k in keys]
+        seeds = [key_seed(k) for k in keys]
         trains = [subsample(t, cfg.max_examples, s + [0]) for t, s in zip(trains, seeds)]
         vals = [subsample(v, cfg.max_examples, s + [1]) for v, s in zip(vals, seeds)]
     vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]

@@ -11,18 +11,32 @@ import numpy as np
 
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TRAIN, VALI
+from ltrjax.models.train import key_seed
 from ltrjax.online.policies.base import member
 from ltrjax.online.state import DocCounters
 
 
 def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, split: int,
-                      min_impressions: float) -> dict[str, np.ndarray]:
-    """Features and counters of entered documents of ``split`` queries with n > min_impressions."""
-    parts: dict[str, list[np.ndarray]] = {}
+                      min_impressions: float, limit: int | None = None, seed=None) -> dict[str, np.ndarray]:
+    """Features and counters of entered documents of ``split`` queries with n > min_impressions.
+
+    With ``limit``, at most that many of them, chosen before any feature is gathered and exactly as
+    ``ltrjax.models.train.subsample(collect_documents(...), limit, seed)`` would choose them.
+    """
+    keeps = []
     for bucket, c, ent in zip(data.buckets, counters, entered):
         impressions = np.asarray(c.impressions)
         keep = (np.asarray(bucket.split)[:, None] == split) & np.asarray(ent) & (impressions > min_impressions)
-        keep &= np.asarray(bucket.doc_mask)
+        keeps.append(keep & np.asarray(bucket.doc_mask))
+    total = sum(int(k.sum()) for k in keeps)
+    if limit is not None and total > limit:
+        chosen = np.zeros(total, bool)
+        chosen[np.random.default_rng(seed).choice(total, int(limit), replace=False)] = True
+        offsets = np.cumsum([0] + [int(k.sum()) for k in keeps])
+        for b, keep in enumerate(keeps):
+            keep[keep] = chosen[offsets[b]:offsets[b + 1]]  # row-major order, as the concatenation below
+    parts: dict[str, list[np.ndarray]] = {}
+    for bucket, c, keep in zip(data.buckets, counters, keeps):
         if not keep.any():
             continue
         parts.setdefault("features", []).append(np.asarray(bucket.features)[keep])
@@ -36,11 +50,15 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
 
 
 def member_splits(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, n_members: int,
-                  min_impressions: float) -> list[tuple[dict, dict]]:
+                  min_impressions: float, keys=None, limit: int | None = None) -> list[tuple[dict, dict]]:
     """Per member of a population (``counters``/``entered`` with a leading member axis): its (training,
-    validation) documents, as ``collect_documents`` gathers them."""
-    return [tuple(collect_documents(data, member(counters, i), member(entered, i), split, min_impressions)
-                  for split in (TRAIN, VALI)) for i in range(n_members)]
+    validation) documents, as ``collect_documents`` gathers them. With ``limit``, at most that many per
+    split, the subset ``fit_members`` would draw with member ``keys`` (so features of documents it would
+    drop are never gathered: the memory of a retrain stays bounded at any dataset size)."""
+    seeds = [key_seed(keys[i]) if limit is not None else [] for i in range(n_members)]
+    return [tuple(collect_documents(data, member(counters, i), member(entered, i), split, min_impressions,
+                                    limit, seeds[i] + [split_index])
+                  for split_index, split in enumerate((TRAIN, VALI))) for i in range(n_members)]
 
 
 def split_capacity(data: PaddedDataset, split: int) -> int:

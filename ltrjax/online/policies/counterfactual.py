@@ -223,7 +223,8 @@ class CounterfactualL2(Policy):
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's model in one compiled fit (fit_members) on its own documents."""
         sets = [[self.examples(docs) for docs in split_docs]
-                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
+                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions,
+                                               keys, self.fit_config.max_examples)]
         model, infos = fit_members(self._fit, params["model"], [s[0] for s in sets], [s[1] for s in sets], keys,
                                    self.name, (split_capacity(data, TRAIN), split_capacity(data, VALI)))
         return {**params, "model": model}, infos

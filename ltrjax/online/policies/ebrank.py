@@ -137,7 +137,8 @@ class EBRank(Policy):
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's prior in one compiled fit (fit_members) on its own documents (Eq. 14)."""
         sets = [[self._examples(docs) for docs in split_docs]
-                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
+                for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions,
+                                               keys, self.fit_config.max_examples)]
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
         prior, infos = fit_members(self._fit, params["prior"], [s[0] for s in sets], [s[1] for s in sets], keys,
                                    self.name, capacity)
