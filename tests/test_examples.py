@@ -1,0 +1,53 @@
+"""The examples run (``--smoke``) and report sane numbers: examples are code too.
+
+Run in this process through their ``main(argv)``, as tests/test_benchmarks.py runs the benchmarks.
+"""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_main(relative: str, argv: list[str], capsys):
+    """(return value of the script's ``main(argv)``, its stdout)."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location("example_" + path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    capsys.readouterr()
+    returned = module.main(argv)
+    return returned, capsys.readouterr().out
+
+
+def last_json(stdout: str) -> dict:
+    lines = [line for line in stdout.strip().splitlines() if line.strip()]
+    assert lines, "no output"
+    return json.loads(lines[-1])
+
+
+def test_custom_policy_example(capsys):
+    returned, stdout = run_main("examples/custom_policy.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    assert out == json.loads(json.dumps(returned))
+    assert set(out["policies"]) == {"ucb_click_rate", "ebrank"} and out["trials"] == 1
+    for name, row in out["policies"].items():
+        assert 0 < row["cum_ndcg"] < 200, name  # a discounted sum of <= 1/(1 - 0.995) NDCGs
+        assert 0 <= row["warm_ndcg"] <= 1 and 0 <= row["cold_ndcg"] <= 1, name
+    assert out["policies"]["ucb_click_rate"]["cum_ndcg"] != out["policies"]["ebrank"]["cum_ndcg"]
+    assert "ucb_click_rate" in stdout and "Cum-NDCG" in stdout
+
+
+def test_offline_from_click_log_example(capsys, tmp_path):
+    returned, stdout = run_main("examples/offline_from_click_log.py", ["--smoke", "--json", "--out", str(tmp_path)],
+                                capsys)
+    out = last_json(stdout)
+    assert out == json.loads(json.dumps(returned))
+    assert out["click_log"]["sessions"] == out["click_log"]["sessions_train"] == 20_000
+    assert set(out["estimators"]) == {"naive", "ips", "prs", "labeled"}
+    for name, row in out["estimators"].items():
+        assert all(0 <= v <= 1 and math.isfinite(v) for v in row.values()), name
+    assert (tmp_path / "click_log.parquet").exists() and (tmp_path / "models" / "ips" / "trial0.msgpack").exists()
+    assert "click log" in (tmp_path / "results.md").read_text()
