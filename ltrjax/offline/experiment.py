@@ -28,7 +28,6 @@ from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import LoggedLists, log_click_stats, pad_positions, top_k_lists
 from ltrjax.offline.train import TrainConfig, fit
 from ltrjax.saved import feature_spec, model_path, save_model
-from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
 
@@ -253,8 +252,6 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
             res["epochs"] = trial.production.history["epochs"]
             if on_fit is not None:
                 on_fit(name, trial.production_estimator, trial.production)
-            if on_fit is not None:
-                on_fit(name, trial.production_estimator, trial.production)
         elif name == "labeled":
             ck = ("labeled", exp["ranker"], json.dumps(exp["train"], sort_keys=True),
                   exp["estimator_options"]["labeled_form"])
@@ -265,8 +262,6 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
                 res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
                 res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])
                 trial.cache[ck] = res
-                if on_fit is not None:
-                    on_fit(name, est, fr)
                 if on_fit is not None:
                     on_fit(name, est, fr)
             res = dict(trial.cache[ck])
@@ -352,67 +347,6 @@ def load_queryset(cfg, exp: dict):
         ds = dict(ds)
     ds["min_docs"] = 0
     return load_dataset(ds, seed=int(exp["seed"]))
-
-
-RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
-
-
-def finished_trials(out_dir: pathlib.Path, exp: dict, qs) -> tuple[list[dict], list[dict]]:
-    """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
-
-    A file written for another dataset or configuration (other than the trial count) is refused.
-    """
-    path = out_dir / "results.json"
-    if not path.exists():
-        return [], []
-    try:
-        old = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
-    mine = _jsonable({k: v for k, v in exp.items() if k not in RESUME_IGNORES})
-    theirs = {k: v for k, v in (old.get("config") or {}).items() if k not in RESUME_IGNORES}
-    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    if old.get("dataset") != getattr(qs, "name", "?") or differ:
-        what = f"experiment.{differ[0]} = {theirs.get(differ[0])!r}, this run has {mine.get(differ[0])!r}" if differ \
-            else f"dataset {old.get('dataset')!r}, this run has {getattr(qs, 'name', '?')!r}"
-        raise ValueError(f"{path} was written for {what}; use another output directory (hydra.run.dir=...)")
-    infos = list(old.get("trials_info") or [])
-    trials = [{name: entry["trials"][t] for name, entry in old["algorithms"].items() if t < len(entry["trials"])}
-              for t in range(len(infos))]
-    return trials, infos
-
-
-def _run_trial(trial: TrialData, exp: dict, qs, out_dir: pathlib.Path, t: int, click_log) -> dict:
-    """``run_setting`` of one trial of ``run_offline``: from the click log if given, with its models saved
-    under ``out_dir/models/`` and its logged sessions under ``out_dir/click_logs/`` when asked."""
-    click_data, on_chunk, writer = None, None, None
-    if click_log is not None:
-        from ltrjax.offline.click_data import click_training_data
-
-        click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
-                                         chunk=int(exp["logging_chunk"]), path=str(exp["click_log"]))
-    elif exp.get("save_click_logs"):
-        from ltrjax.clicklog import ClickLogWriter
-        from ltrjax.offline.click_data import logged_sessions
-
-        writer = ClickLogWriter(out_dir / "click_logs" / f"trial{t}.parquet",
-                                {"source": "offline", "dataset": getattr(qs, "name", "?"), "seed": trial.seed,
-                                 "click_model": exp["click_model"]})
-        on_chunk = lambda first, q, c: writer.write(logged_sessions(trial.logged, qs, first, q, c))  # noqa: E731
-    on_fit = None
-    if exp.get("save_models", True):
-        spec = feature_spec(qs)
-
-        def on_fit(name, est, fr):
-            meta = {"kind": "offline", "estimator": name, "options": exp["estimator_options"],
-                    "ranker": "linear" if name == "production" else exp["ranker"], "hidden": exp["hidden"],
-                    "trial": t, "seed": trial.seed, "n_features": trial.n_features, "features": spec}
-            save_model(model_path(out_dir, name, t), meta, fr.params, fr.state)
-    try:
-        return run_setting(trial, exp, click_data=click_data, on_chunk=on_chunk, on_fit=on_fit)
-    finally:
-        if writer is not None:
-            writer.close()
 
 
 RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
