@@ -1,6 +1,6 @@
 """Score a LETOR file with a saved ranker and write a TREC run file.
 
-``python -m ltrjax.score RUN/models/NAME/trialT.msgpack FILE.txt --out run.txt [--tag NAME]``
+``python -m ltrjax.score RUN/models/NAME/trialT.msgpack FILE.txt --out run.txt [--tag NAME] [--qrels qrels.txt]``
 
 The file's features are prepared as the model's training data was (the kept original feature ids,
 per-query min-max normalisation); an online policy scores *cold* (no click statistics: its
@@ -107,6 +107,14 @@ def trec_lines(qs: QuerySet, scores: np.ndarray, tag: str):
             yield f"{int(qs.qids[q])} Q0 {int(d)} {rank} {float(s[d])!r} {tag}\n"
 
 
+def qrels_lines(qs: QuerySet, exp_gain: bool = False):
+    """``qid 0 docid relevance`` lines of the file's labels (``exp_gain``: 2^y - 1, ltrjax's NDCG gain)."""
+    offsets = np.asarray(qs.query_offsets)
+    for q in range(qs.n_queries):
+        for d, y in enumerate(qs.labels[offsets[q]:offsets[q + 1]]):
+            yield f"{int(qs.qids[q])} 0 {d} {(2 ** int(y) - 1) if exp_gain else int(y)}\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ltrjax.score", description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="a saved model: RUN/models/NAME/trialT.msgpack")
@@ -114,6 +122,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="-", help="the TREC run file to write (default: stdout)")
     parser.add_argument("--tag", default=None, help="the run tag (default: the model's algorithm name)")
     parser.add_argument("--cache-dir", default=None, help="parsed-LETOR cache folder")
+    parser.add_argument("--qrels", default=None, help="also write the file's labels as TREC qrels (same docids)")
+    parser.add_argument("--exp-gain", action="store_true",
+                        help="qrels relevance 2^label - 1, the gain of ltrjax's NDCG (trec_eval's gain is the relevance)")
     args = parser.parse_args(argv)
     try:
         model = load_model(args.model)
@@ -121,6 +132,9 @@ def main(argv=None) -> int:
     except (DataFormatError, ValueError, FileNotFoundError, KeyError) as err:
         print(f"ltrjax.score: {err}", file=sys.stderr)
         return 2
+    if args.qrels:
+        with open(args.qrels, "w") as f:
+            f.writelines(qrels_lines(qs, args.exp_gain))
     scores = score_queryset(model, qs)
     tag = args.tag or model.meta.get("algorithm") or model.meta.get("estimator") or "ltrjax"
     lines = trec_lines(qs, scores, tag)

@@ -51,7 +51,9 @@ def test_trec_run_ndcg_equals_ltrjax_metric(offline_run, letor_folder, tmp_path,
     results, out = offline_run
     path = model_path(out, name, 0)
     run_file = tmp_path / "run.txt"
-    assert score_main([str(path), str(letor_folder / "test.txt"), "--out", str(run_file)]) == 0
+    qrels_file = tmp_path / "qrels.txt"
+    assert score_main([str(path), str(letor_folder / "test.txt"), "--out", str(run_file), "--qrels", str(qrels_file),
+                       "--exp-gain"]) == 0
     lines = [line.split() for line in run_file.read_text().splitlines()]
     assert all(len(parts) == 6 and parts[1] == "Q0" and parts[5] == name for parts in lines)
     run = {}
@@ -66,9 +68,8 @@ def test_trec_run_ndcg_equals_ltrjax_metric(offline_run, letor_folder, tmp_path,
         assert len(set(scores)) == len(scores), f"tied scores in query {qid}"
     # qrels with the gain 2^y - 1 of ltrjax's NDCG as the relevance (trec_eval's gain is the relevance)
     test = letor_queryset(letor_folder / "test.txt", load_model(path).meta["features"])
-    qrels = [ir_measures.Qrel(str(test.qids[q]), str(d), int(2 ** y - 1))
-             for q in range(test.n_queries)
-             for d, y in enumerate(test.labels[test.query_offsets[q]:test.query_offsets[q + 1]])]
+    qrels = list(ir_measures.read_trec_qrels(str(qrels_file)))
+    assert len(qrels) == test.n_docs and {q.relevance for q in qrels} <= {2 ** y - 1 for y in range(test.y_max + 1)}
     per_query = {m.query_id: m.value for m in ir_measures.iter_calc([ir_measures.nDCG @ 10], qrels,
                                                                       ir_measures.read_trec_run(str(run_file)))}
     relevant = {str(test.qids[q]) for q in range(test.n_queries)
