@@ -273,6 +273,8 @@ def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int
         return ucbrank_affine(n_positions)
     if kind == "tiangong":
         return click_matrix(TIANGONG_MATRIX, n_positions)
+    if kind == "matrix":  # an explicit M[label, position], e.g. a vector EH M = R O^T (ltrjax.offline.fidelity)
+        return click_matrix(np.asarray(cfg["matrix"], np.float64), n_positions)
     if kind == "cascade":
         preset = cfg.get("preset", "navigational")
         n_grades = cfg.get("n_grades") or (y_max + 1 if y_max is not None else 5)
@@ -282,4 +284,4 @@ def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int
         except KeyError as err:
             raise ValueError(f"no cascade preset {preset!r} for {n_grades} grades") from err
         return cascade(p_click, p_stop, n_positions)
-    raise ValueError(f"unknown click model kind {kind!r}; expected pbm, trust_bias, ucbrank_affine, tiangong or cascade")
+    raise ValueError(f"unknown click model kind {kind!r}; expected pbm, trust_bias, ucbrank_affine, tiangong, matrix or cascade")

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ltrjax.clicks import click_matrix, make_click_model, relevance, TIANGONG_MATRIX
+from ltrjax.clicks import make_click_model, relevance
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
@@ -43,7 +43,7 @@ DEFAULTS = {
     "eval": {"binarize": "auto", "map_threshold": 1, "drop_no_relevant": True},
     "estimator_options": {"naive_form": "pairwise", "ips_form": "pairwise", "ips_clip": None, "prs_gamma": 1.0,
                           "dla_clip": None, "em_step": 0.05, "pd_step": 0.05, "pd_p": 1.0, "vec_dim": 2,
-                          "vec_freeze": 500, "vec_l2": 1e-3, "vec_base_hidden": [256, 64],
+                          "vec_freeze": 500, "vec_joint_steps": 4000, "vec_l2": 1e-3, "vec_base_hidden": [256, 64],
                           "affine_clip_negative": True, "labeled_form": "pairwise"},
     "train": {"batch_size": 64, "optimizer": "adam", "learning_rate": 0.01, "clip_norm": 5.0,
               "weight_decay": 0.0, "max_epochs": 300, "patience": 30, "eval_every": 1},
@@ -109,7 +109,7 @@ def estimator_propensities(exp: dict, logged: LoggedLists, y_max: int) -> Propen
 
     PBM / trust bias: the model's own curves at the assumed eta; with binary relevance and noise mu
     the affine terms are relative to R in {0, 1}: alpha = a (1 - 2 mu), beta = b + a mu.
-    TianGong matrix: theta_k = label-frequency-weighted CTR at k over the same at position 1 (what a
+    TianGong (or any explicit ``matrix``) M[y, k]: theta_k = label-frequency-weighted CTR at k over the same at position 1 (what a
     result-randomization experiment measures); alpha_k, beta_k = weighted least squares of M[y, k]
     on the relevance mapping R(y). Cascade: theta = 1, alpha = 1, beta = 0.
     """
@@ -125,8 +125,8 @@ def estimator_propensities(exp: dict, logged: LoggedLists, y_max: int) -> Propen
             mu = float(cm.get("noise", 0.0) or 0.0)
             alpha, beta = alpha * (1 - 2 * mu), beta + alpha * mu
         return Propensities(*(jnp.asarray(a, jnp.float32) for a in (theta, alpha, beta)))
-    if kind == "tiangong":
-        m = np.asarray(click_matrix(TIANGONG_MATRIX, k).matrix, np.float64)
+    if kind in ("tiangong", "matrix"):
+        m = np.asarray(make_click_model(cm, k).matrix, np.float64)
         labels = np.asarray(logged.labels)[np.asarray(logged.mask)]
         freq = np.bincount(np.clip(labels, 0, m.shape[0] - 1), minlength=m.shape[0]).astype(np.float64)
         freq = freq / freq.sum()

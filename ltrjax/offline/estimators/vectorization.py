@@ -8,6 +8,12 @@ freeze the Gaussian base model v(x) = (mu, log sigma^2) fits the observation vec
   L_base = mean[(mu(x_i) - sg(o_{k_i}))^2 e^{-log sigma^2(x_i)}] + mean[log sigma^2(x_i)] + l2 sum ||W||^2/2
 Ranking uses the base vector (Eq. 8) b_q = sum_i mu(x_i) e^{-log sigma^2(x_i)} / sum_i e^{-log sigma^2(x_i)}
 (element-wise, over the query's candidates) and scores s_i = <r(x_i), b_q> (Eq. 3).
+
+Schedule: validation-based early stopping may end training only after ``vec_freeze +
+vec_joint_steps`` steps. The paper trains 15k-30k steps; with the former ``freeze + 200`` (and a
+300-epoch cap) the observation vectors had moved only a few hundred steps from their initial 1
+when training stopped, so r(x) stayed nearly one-dimensional and lost to IPS/DLA on vector-EH
+clicks (``tests/test_fidelity.py``, README "Offline fidelity").
 """
 
 import jax
@@ -27,6 +33,7 @@ def make(relevance_model, opts) -> Estimator:
     """``relevance_model`` must have ``out_dim = vec_dim``."""
     dim = int(opts.get("vec_dim", 2))
     freeze = int(opts.get("vec_freeze", 500))
+    joint = int(opts.get("vec_joint_steps", 4000))
     l2 = float(opts.get("vec_l2", 1e-3))
     base = GaussianBaseModel(dim=dim, hidden=tuple(opts.get("vec_base_hidden", (256, 64))))
 
@@ -57,4 +64,4 @@ def make(relevance_model, opts) -> Estimator:
         b = base_vector(mu, logvar, mask)
         return jnp.sum(r * b[..., None, :], axis=-1)
 
-    return Estimator("vectorization", init, loss, score, min_steps=freeze + 200)
+    return Estimator("vectorization", init, loss, score, min_steps=freeze + joint)
