@@ -122,3 +122,13 @@ def test_sessions_must_match_the_dataset(tmp_path):
     logged, stats, info = click_training_data(log_of(int(qs.qids[train_q]), [1, -1, 0]), qs, relevance)
     assert np.asarray(logged.mask).tolist() == [[True, False, True]]
     assert info["sessions_train"] == 1 and float(stats.n_sessions.sum()) == 1.0
+
+
+def test_top_level_click_log_keys_reach_the_offline_experiment():
+    """`python -m ltrjax.run experiment=offline click_log=PATH save_click_logs=true` sets top-level keys."""
+    from ltrjax.offline.experiment import DEFAULTS, experiment_config
+
+    exp = experiment_config({"click_log": "log.parquet", "save_click_logs": True,
+                             "experiment": {**DEFAULTS, "trials": None, "seed": None, "progress": None}})
+    assert exp["click_log"] == "log.parquet" and exp["save_click_logs"] is True
+    assert not experiment_config({"experiment": dict(DEFAULTS)})["save_click_logs"]

@@ -49,8 +49,9 @@ DEFAULTS = {
               "weight_decay": 0.0, "max_epochs": 300, "patience": 30, "eval_every": 1},
     "train_overrides": {"vectorization": {"eval_every": 5}},
     # a Parquet click log (ltrjax.clicklog) to train the click estimators from instead of logging sessions;
-    # write every trial's logged sessions to RUN/click_logs/trialT.parquet; final parameters to RUN/models/
-    "click_log": None, "save_click_logs": False, "save_models": True,
+    # write every trial's logged sessions to RUN/click_logs/trialT.parquet (null: the top-level keys of
+    # conf/config.yaml, `click_log=PATH`, `save_click_logs=true`); final parameters to RUN/models/
+    "click_log": None, "save_click_logs": None, "save_models": True,
     "resume": True,  # a rerun into the same directory skips the trials already in its results.json
 }
 TOP_LEVEL = ("seed", "trials", "progress", "click_log", "save_click_logs")  # keys conf/config.yaml may set
