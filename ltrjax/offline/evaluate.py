@@ -30,7 +30,7 @@ def query_metrics(scores, labels, mask, ks=KS, map_threshold: int = 1):
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)  # bounded: estimators of many settings do not accumulate programs
 def jitted_score(estimator):
     return jax.jit(estimator.score)
 

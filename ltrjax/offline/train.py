@@ -57,11 +57,12 @@ def _mask_rows(a, valid):
     return a & v if a.dtype == jnp.bool_ else a * v.astype(a.dtype)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
 def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
     """jitted epoch(params, opt_state, state, key, data) -> (params, opt_state, state, mean loss).
 
-    Memoized on (estimator, config, rows) so repeated fits reuse the compiled epoch.
+    Memoized on (estimator, config, rows) so repeated fits reuse the compiled epoch; the 64 most recent
+    are kept, so a loop over many settings or data sizes does not keep every compiled epoch alive.
     """
     opt = make_optimizer(cfg)
     batch_size = int(min(cfg.batch_size, n_rows))

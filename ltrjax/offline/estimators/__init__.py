@@ -41,7 +41,7 @@ def make_estimator(name: str, opts: dict | None = None, ranker: str = "linear", 
     return _make(name, _freeze(dict(opts or {})), ranker, _freeze(hidden))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)  # bounded: a loop over many option values keeps the 256 most recent
 def _make(name, frozen_opts, ranker, hidden) -> Estimator:
     opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in frozen_opts}
     if name == "vectorization":
