@@ -14,6 +14,7 @@ from ltrjax import runner
 from ltrjax.clicklog import read_click_log
 from ltrjax.offline.experiment import run_offline
 from ltrjax.offline.toy import toy_queryset
+from ltrjax.online.simulator import Simulator
 from ltrjax.saved import load_model, model_path
 from ltrjax.score import letor_queryset, main as score_main, online_policy, score_queryset
 
@@ -108,7 +109,7 @@ def online_cfg():
     return cfg
 
 
-def test_online_run_saves_models_and_click_logs(online_cfg, tmp_path):
+def test_online_run_saves_models_and_click_logs(online_cfg, tmp_path, monkeypatch):
     qs = toy_queryset(n_queries=30, docs=(7, 14), n_features=5, seed=2)
     runner.run_online(online_cfg, tmp_path, qs)
     results = json.loads((tmp_path / "results.json").read_text())
@@ -133,5 +134,11 @@ def test_online_run_saves_models_and_click_logs(online_cfg, tmp_path):
     trained = jax.tree_util.tree_leaves(ebrank[1])
     assert any(not np.allclose(a, b) for a, b in zip(trained, jax.tree_util.tree_leaves(
         ebrank[0].init(jax.random.PRNGKey(0), data))))
+    # experiment=online resumes too: a rerun into the same directory simulates nothing
+    calls = []
+    original = Simulator.run_population
+    monkeypatch.setattr(Simulator, "run_population", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
+    runner.run_online(online_cfg, tmp_path, qs)
+    assert calls == [] and json.loads((tmp_path / "results.json").read_text())["algorithms"] == results["algorithms"]
     with pytest.raises(ValueError, match="experiment=offline only"):
         runner.run_online(OmegaConf.merge(online_cfg, {"click_log": "x.parquet"}), tmp_path / "x", qs)
