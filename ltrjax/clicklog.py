@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -83,20 +82,6 @@ class ClickLog:
     @property
     def n_positions(self) -> int:
         return int(self.doc_ids.shape[1])
-
-    def select(self, rows) -> "ClickLog":
-        return dataclasses.replace(self, **{f: getattr(self, f)[rows] for f in
-                                            ("session_id", "time", "query_id", "doc_ids", "clicks", "split")})
-
-
-def concat(logs: Iterable[ClickLog]) -> ClickLog:
-    logs = list(logs)
-    k = max(log.n_positions for log in logs)
-    pad = lambda a, v: np.pad(a, ((0, 0), (0, k - a.shape[1])), constant_values=v)  # noqa: E731
-    return ClickLog(*(np.concatenate([getattr(log, f) for log in logs]) for f in ("session_id", "time", "query_id")),
-                    doc_ids=np.concatenate([pad(log.doc_ids, -1) for log in logs]),
-                    clicks=np.concatenate([pad(log.clicks, False) for log in logs]),
-                    split=np.concatenate([log.split for log in logs]), metadata=dict(logs[0].metadata))
 
 
 # --------------------------------------------------------------------------- writing
