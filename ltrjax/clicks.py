@@ -12,13 +12,16 @@ PBM has alpha = theta, beta = 0; trust bias has alpha = theta (eps+ - eps-), bet
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from ltrjax.constraints import ConfigError, NonNegative, OneOf, PositiveInt, Probability, Range, check_fields
 
 # Joachims et al. (2017) eye-tracking examination estimates for positions 1..10 (baselines.md §1.1b).
 JOACHIMS_EXAMINATION = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06])
@@ -254,6 +257,40 @@ def affine_terms(model: ClickModel):
 
 
 # --------------------------------------------------------------------------- from config
+# the keys each kind reads (besides ``kind``); a key another kind reads is refused (ltrjax.schema)
+KIND_KEYS = {
+    "pbm": ("examination", "eta", "cutoff"),
+    "trust_bias": ("examination", "eta", "cutoff", "eps_minus_scale"),
+    "ucbrank_affine": (),
+    "tiangong": (),
+    "cascade": ("preset", "n_grades"),
+    "matrix": ("matrix",),
+}
+
+
+def click_model_kinds() -> tuple[str, ...]:
+    return tuple(KIND_KEYS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClickModelConfig:
+    """The schema of a ``conf/click_model/*.yaml`` mapping (``make_click_model``; ``ltrjax.schema``)."""
+
+    kind: Annotated[str, OneOf(click_model_kinds)] = "pbm"
+    examination: Annotated[str, OneOf(EXAMINATION_CURVES)] = "log2"
+    eta: NonNegative = 1.0
+    cutoff: PositiveInt | None = None  # selection cutoff k_s: theta_k = 0 below it
+    eps_minus_scale: Probability = 0.65  # trust bias eps-_k = scale / k
+    preset: Annotated[str, OneOf(CASCADE_PRESETS)] = "navigational"  # cascade
+    n_grades: Annotated[int | None, Range(2)] = None  # cascade: null = the dataset's y_max + 1
+    matrix: list[list[float]] | None = None  # kind matrix: click rates M[label, position]
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.kind == "matrix" and not self.matrix:
+            raise ConfigError("matrix", self.matrix, "expected a list of rows M[label][position] for kind matrix")
+
+
 def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int | None = None) -> ClickModel:
     """Build a click model from a ``conf/click_model/*.yaml`` mapping.
 

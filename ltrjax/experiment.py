@@ -1,4 +1,4 @@
-"""Dispatch a Hydra config to its experiment, after loading the dataset it names."""
+"""Dispatch a Hydra config to its experiment, after checking it and loading the dataset it names."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import os
 from pathlib import Path
 
 import jax
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from ltrjax.schema import conf_dir, validate, write_resolved_config
+
+CONF_DIR = conf_dir()
 log = logging.getLogger("ltrjax")
 
 
 def dataset_config(cfg: DictConfig) -> DictConfig:
     """The run's dataset config; without ``+dataset=...`` the embedded synthetic default."""
+    from omegaconf import OmegaConf
+
     if cfg.get("dataset") is not None:
         return cfg.dataset
     return OmegaConf.load(CONF_DIR / "dataset" / "synthetic.yaml")
@@ -33,20 +37,23 @@ def enable_compilation_cache(cfg: DictConfig) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def run_experiment(cfg: DictConfig, out_dir: Path):
+def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | None = None):
+    """Check ``cfg`` (``ltrjax.schema.validate``: a ``ConfigError`` before any data is loaded), record the resolved
+    config in ``out_dir/resolved_config.yaml``, load the dataset and run the experiment; returns its objective.
+    ``overrides`` are the command line's (``validate`` refuses groups the experiment does not read); relative data
+    paths are taken from ``cwd`` (default: the working directory)."""
     from ltrjax.data.registry import load_dataset
 
+    cfg = validate(cfg, overrides, cwd=cwd or Path.cwd())
+    write_resolved_config(cfg, out_dir)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
     enable_compilation_cache(cfg)
     kind = cfg.experiment.kind
-    dcfg = dataset_config(cfg)
     if kind in ("online", "online_table"):
         from ltrjax.runner import run_online
 
-        queryset = load_dataset(dcfg, seed=cfg.seed, cache_dir=cache_dir(cfg))
+        queryset = load_dataset(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir(cfg))
         return run_online(cfg, out_dir, queryset)
-    if kind == "offline":
-        from ltrjax.offline.experiment import run_offline
+    from ltrjax.offline.experiment import run_offline
 
-        return run_offline(cfg, out_dir)
-    raise ValueError(f"unknown experiment kind {kind!r}; expected online, online_table or offline")
+    return run_offline(cfg, out_dir)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.signal import lfilter
 
 
 def log2_discount(k: int):
@@ -111,4 +110,6 @@ def cumulative_ndcg_curve(values, gamma: float = 0.995) -> np.ndarray:
     values = np.asarray(values, np.float64)
     if values.size == 0:
         return values
+    from scipy.signal import lfilter  # imported here: scipy.signal takes over a second to import
+
     return lfilter([1.0], [1.0, -gamma], values)

@@ -13,7 +13,6 @@ Hydra sweeper tunes honestly.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import itertools
 import logging
 import time
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
@@ -40,6 +38,8 @@ from ltrjax.report.online_report import (
     write_simple_report,
 )
 from ltrjax.report.results import ResultsWriter
+from ltrjax.constraints import ConfigError
+from ltrjax.schema import RESOLVED_CONFIG, algorithm_options, fit_override, policy_class, write_resolved_config  # noqa: F401
 from ltrjax.saved import feature_spec, model_path, save_model
 
 log = logging.getLogger("ltrjax")
@@ -99,30 +99,62 @@ def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, gr
     }
 
 
-def fit_override(key: str, overrides) -> dict:
-    """The ``fit`` fields that ``overrides`` ({glob of algorithm keys: {field: value}}, conf/fit_overrides/)
-    sets for algorithm ``key``; later globs win."""
-    if isinstance(overrides, DictConfig):
-        overrides = OmegaConf.to_container(overrides, resolve=True)
-    out = {}
-    for pattern, fields in (overrides or {}).items():
-        if fnmatch.fnmatchcase(key, pattern):
-            out.update(fields)
-    return out
-
-
 def make_policy(name: str, acfg: DictConfig, data, fit_overrides: dict | None = None, key: str | None = None):
-    """The policy of algorithm config ``acfg`` (result name ``name``, config key ``key``) and its tune grid;
-    ``fit_overrides`` replaces retraining settings of algorithms that have a ``fit`` block."""
-    cfg = OmegaConf.to_container(acfg, resolve=True)
-    override = fit_override(key or name, fit_overrides)
-    if override and "fit" in cfg:
-        cfg["fit"] = {**(cfg["fit"] or {}), **override}
-    tune = cfg.pop("tune", None)
-    policy_class = get_class(cfg.pop("_target_"))  # data is passed directly: Hydra would convert the dataclass
-    policy = policy_class(data, **cfg)
+    """The policy of algorithm config ``acfg`` (result name ``name``, config key ``key``) and its tune grid.
+
+    The options are checked against the ``_target_`` class's constructor and ``Hyper`` (``ltrjax.schema``: an
+    unknown key or a value out of range raises ``ConfigError``); ``fit_overrides`` replaces retraining settings
+    of algorithms that retrain. ``data`` is passed directly (Hydra's instantiate would convert the dataclass).
+    """
+    cls, kwargs, tune = algorithm_options(key or name, acfg, fit_overrides)
+    policy = cls(data, **kwargs)
     policy.name = name
     return policy, tune
+
+
+def bm25_fallback(cfg: DictConfig, data) -> DictConfig:
+    """``cfg`` for data without a BM25 column (``dataset.bm25_feature`` null): every BM25 row (a ``BM25`` algorithm
+    without ``feature``) ranks by ``dataset.warmup_feature`` instead, renamed ``feature_ID``, or is left out when
+    that is null too; ``experiment.only``, ``objective``, ``click_rate_algorithms`` and ``eta_sweep.algorithms``
+    follow. The warm-up (``build_simulator``) uses the same feature, or is skipped. Logs a warning naming
+    ``dataset.bm25_feature``."""
+    if data.bm25_column >= 0:
+        return cfg
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    feature = (plain.get("dataset") or {}).get("warmup_feature")
+    algorithms = plain.get("algorithms") or {}
+    rows = [k for k, a in algorithms.items()
+            if policy_class(str(a.get("_target_"))) is BM25 and a.get("feature") is None]
+    new_key = {k: (None if feature is None else (f"feature_{feature}" if len(rows) == 1 else f"{k}_feature_{feature}"))
+               for k in rows}
+    if feature is None:
+        log.warning("dataset %s has no BM25 feature (dataset.bm25_feature is null): the BM25 warm-up is skipped%s; "
+                    "set dataset.warmup_feature=ID to rank them by another feature instead", data.name,
+                    f" and the rows {rows} are left out" if rows else "")
+    else:
+        log.warning("dataset %s has no BM25 feature (dataset.bm25_feature is null): feature %d "
+                    "(dataset.warmup_feature) ranks the warm-up sessions%s", data.name, feature,
+                    f" and replaces the rows {rows} (now {list(new_key.values())})" if rows else "")
+    if not rows:
+        return OmegaConf.create(plain)
+    plain["algorithms"] = {new_key.get(k, k): ({**a, "feature": feature} if k in new_key else a)
+                           for k, a in algorithms.items() if new_key.get(k, k) is not None}
+    if not plain["algorithms"]:
+        raise ConfigError("dataset.bm25_feature", None, "the only algorithm of this run is BM25 and the data has no "
+                          "BM25 feature; set dataset.warmup_feature=ID to rank by another feature", show_value=False)
+    exp = plain.get("experiment") or {}
+
+    def follow(keys):
+        return None if keys is None else [new_key.get(k, k) for k in keys if new_key.get(k, k) is not None]
+
+    for field in ("only", "click_rate_algorithms"):
+        if exp.get(field) is not None:
+            exp[field] = follow(exp[field])
+    if exp.get("objective") in new_key:
+        exp["objective"] = new_key[exp["objective"]]
+    if isinstance(exp.get("eta_sweep"), dict) and exp["eta_sweep"].get("algorithms") is not None:
+        exp["eta_sweep"]["algorithms"] = follow(exp["eta_sweep"]["algorithms"])
+    return OmegaConf.create(plain)
 
 
 def padded_data(cfg: DictConfig, queryset: QuerySet):
@@ -135,9 +167,11 @@ def build_simulator(cfg: DictConfig, data, **sim_overrides) -> Simulator:
     sim_cfg = SimConfig.from_mapping({**OmegaConf.to_container(cfg.sim, resolve=True), **sim_overrides})
     click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k,
                                    y_max=data.y_max)
-    warmup = BM25(data) if data.bm25_column >= 0 else None
+    feature = (cfg.get("dataset") or {}).get("warmup_feature")
+    warmup = BM25(data) if data.bm25_column >= 0 else (BM25(data, feature=int(feature)) if feature else None)
     if warmup is None and sim_cfg.warmup_sessions_per_query:
-        log.warning("dataset %s has no BM25 column: the warm-up phase is skipped", data.name)
+        log.info("dataset %s has no BM25 feature (dataset.bm25_feature) and no dataset.warmup_feature: the warm-up "
+                 "phase is skipped", data.name)
     pop = cfg.get("population") or {}
     budget_gb = pop.get("memory_gb")
     return Simulator(data, click_model, sim_cfg, warmup_policy=warmup, max_members=pop.get("max_members"),
@@ -325,6 +359,9 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
                          f"estimators); the online experiments simulate their own clicks")
     tic = time.perf_counter()
     data = padded_data(cfg, queryset)
+    cfg = bm25_fallback(cfg, data)
+    if cfg.get("dataset") is not None and (Path(out_dir) / RESOLVED_CONFIG).exists():
+        write_resolved_config(cfg, out_dir)  # with the BM25 fallback's rows
     sim = build_simulator(cfg, data)
     header = {**run_header(cfg, sim, queryset), "experiment": OmegaConf.to_container(cfg.experiment, resolve=True)}
     algorithms = selected_algorithms(cfg)

@@ -50,6 +50,17 @@ class PaddedDataset:
     bucket_of_query: np.ndarray  # i32 [Q]
     row_of_query: np.ndarray  # i32 [Q]
     split_of_query: np.ndarray  # i8 [Q]
+    feature_ids: np.ndarray | None = None  # i32 [F] original 1-based ids of the columns (None: 1..F)
+
+    def column_of_feature(self, feature: int) -> int:
+        """The 0-based column of original (1-based) feature id ``feature``; ValueError when it was dropped."""
+        ids = np.arange(1, self.n_features + 1) if self.feature_ids is None else np.asarray(self.feature_ids)
+        hits = np.flatnonzero(ids == int(feature))
+        if hits.size == 0:
+            raise ValueError(f"dataset {self.name!r} has no feature {feature} (after preprocessing it keeps "
+                             f"{ids.size} features, ids {int(ids.min(initial=0))}..{int(ids.max(initial=0))}; "
+                             "constant and dropped features are removed)")
+        return int(hits[0])
 
 
 def padded_cells(sizes: np.ndarray, widths: np.ndarray) -> int:
@@ -125,4 +136,5 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
         bucket_of_query=bucket_of_query,
         row_of_query=row_of_query,
         split_of_query=np.asarray(qs.split, np.int8),
+        feature_ids=np.asarray(qs.feature_ids, np.int32),
     )

@@ -2,37 +2,59 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import numpy as np
 
+from ltrjax.constraints import ConfigError, NonNegativeInt, OneOf, PositiveInt, check_fields
+
 from .errors import DatasetNotFoundError
 from .letor import LetorFile, read_letor
-from .preprocess import preprocess
+from .preprocess import NORMALIZATIONS, preprocess
 from .queryset import SPLIT_NAMES, QuerySet, offsets_from_counts, random_split
-from .synthetic import generate_synthetic, synthetic_params
+from .synthetic import SyntheticParams, generate_synthetic, synthetic_params
 
-DEFAULTS: dict[str, Any] = {
-    "name": "letor",
-    "kind": "letor",
-    "path": None,
-    "path_env": None,
-    "default_path": None,
-    "fold": 1,
-    "files": None,
-    "y_max": None,
-    "n_features": None,
-    "bm25_feature": None,
-    "drop_features": [],
-    "normalize": "query_minmax",
-    "drop_constant_features": True,
-    "min_docs": 5,
-    "purge_test_without_relevant": True,
-    "published": None,
-    "layout": None,
-}
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    """The schema of a ``conf/dataset/*.yaml`` entry (``ltrjax.schema``); a synthetic entry also takes
+    ``preset`` and any field of ``SyntheticParams`` (``SYNTHETIC_KEYS``)."""
+
+    name: str = "letor"
+    kind: Annotated[str, OneOf(("letor", "synthetic"))] = "letor"
+    path: str | None = None  # relative: to the working directory
+    path_env: str | None = None
+    default_path: str | None = None  # relative: to the source checkout (else the working directory)
+    fold: PositiveInt | None = 1
+    files: dict[str, str] | None = None  # {train, vali, test: file pattern} ("{fold}" is replaced)
+    y_max: PositiveInt | None = None
+    n_features: PositiveInt | None = None
+    bm25_feature: PositiveInt | None = None  # 1-based id of the BM25 feature (synthetic: null = the preset's)
+    warmup_feature: PositiveInt | None = None  # without a BM25 feature: the feature that stands in for it
+    drop_features: list[int] = dataclasses.field(default_factory=list)
+    normalize: Annotated[str, OneOf(NORMALIZATIONS)] = "query_minmax"
+    drop_constant_features: bool = True
+    min_docs: NonNegativeInt = 5
+    purge_test_without_relevant: bool = True
+    published: str | None = None
+    layout: str | None = None
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.files is not None and set(self.files) != set(SPLIT_NAMES):
+            raise ConfigError("files", dict(self.files), "expected a mapping with exactly the keys train, vali, test")
+        if self.n_features is not None:
+            for key in ("bm25_feature", "warmup_feature"):
+                value = getattr(self, key)
+                if value is not None and value > self.n_features:
+                    raise ConfigError(key, value, f"expected a feature id in 1..{self.n_features} (n_features)")
+
+
+DEFAULTS: dict[str, Any] = dataclasses.asdict(DatasetConfig())
+# what a synthetic entry takes besides DatasetConfig's keys (null: the preset's value)
+SYNTHETIC_KEYS = ("preset", *(f.name for f in dataclasses.fields(SyntheticParams) if f.name not in DEFAULTS))
 GENERIC_LAYOUT = (
     "a folder with Fold{fold}/train.txt, Fold{fold}/vali.txt and Fold{fold}/test.txt, "
     "or a folder with train.txt, vali.txt and test.txt, or a single LETOR file "
@@ -79,19 +101,23 @@ def dataset_config(cfg: Mapping) -> dict[str, Any]:
     return merged
 
 
-def project_root() -> pathlib.Path:
-    """The folder holding ``conf/`` (relative data paths are resolved against it, since
-    Hydra may change the working directory)."""
+def project_root() -> pathlib.Path | None:
+    """The source checkout this package runs from (the folder holding ``pyproject.toml`` and ``conf/``), or
+    None for an installed package. A dataset's relative ``default_path`` is taken from it."""
     here = pathlib.Path(__file__).resolve()
     for parent in here.parents:
-        if (parent / "conf" / "dataset").is_dir():
+        if (parent / "conf" / "dataset").is_dir() and (parent / "pyproject.toml").is_file():
             return parent
-    return here.parents[2]
+    return None
 
 
 def resolve_data_path(cfg: Mapping, *, root: pathlib.Path | None = None) -> pathlib.Path:
-    """Where a LETOR dataset lives: config ``path``, else ``$<path_env>``, else ``default_path``;
-    relative paths are taken from the project root. Checks that the expected files exist."""
+    """Where a LETOR dataset lives: config ``path``, else ``$<path_env>``, else ``default_path``.
+
+    A relative ``path`` or ``$<path_env>`` is taken from the working directory, as a user typing it
+    expects; a relative ``default_path`` (the shipped configs' ``../shared/data/...``) from the source
+    checkout, or the working directory for an installed package; ``root`` overrides both. Checks that the
+    expected files exist."""
     c = dataset_config(cfg)
     if c["kind"] != "letor":
         raise ValueError(f"dataset {c['name']!r} is {c['kind']}: it has no data path")
@@ -101,7 +127,9 @@ def resolve_data_path(cfg: Mapping, *, root: pathlib.Path | None = None) -> path
         raise _not_found(c, "", "no path is configured")
     path = pathlib.Path(os.path.expanduser(str(raw)))
     if not path.is_absolute():
-        path = (root or project_root()) / path
+        from_default = not (c["path"] or env_value)
+        base = root or ((project_root() if from_default else None) or pathlib.Path.cwd())
+        path = base / path
     path = pathlib.Path(os.path.normpath(path))
     if not path.exists():
         raise _not_found(c, path, f"expected it at {path}, which does not exist")

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "elu", "gelu", "silu", "softplus", "leaky_relu")  # flax.linen names
 N_PASSES = 10  # UCBRank §6.1.4: N = 10 inference trials
 
 

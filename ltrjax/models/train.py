@@ -12,37 +12,49 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ltrjax.constraints import (NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields,
+                                strict_fields)
 from ltrjax.models import optim
 
 PyTree = Any
 LossFn = Callable[[PyTree, Mapping[str, jax.Array]], jax.Array]  # per-example losses [B]
 
 
+def optimizer_names() -> tuple[str, ...]:
+    """The optimizers a fit accepts: ``ltrjax.models.optim``'s and the full-batch ``lbfgs``."""
+    return (*optim.OPTIMIZERS, "lbfgs")
+
+
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
-    optimizer: str = "adam"
-    learning_rate: float = 0.01
-    batch_size: int = 256
-    max_epochs: int = 200
-    patience: int = 20
-    min_examples: int = 1
-    clip_norm: float | None = None
-    weight_decay: float = 0.0
-    member_batch: int = 1  # members fitted side by side (vmap) within a population; 1 = one after another
-    max_examples: int | None = None  # fit on a random subset of at most this many train (and val) examples
-    lbfgs_memory: int = 10  # optimizer=lbfgs: past updates kept by L-BFGS
+    """Settings of one retraining fit; also the schema of an algorithm's ``fit`` block (``ltrjax.schema``)."""
+
+    optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"
+    learning_rate: Positive = 0.01
+    batch_size: PositiveInt = 256
+    max_epochs: NonNegativeInt = 200
+    patience: NonNegativeInt = 20
+    min_examples: NonNegativeInt = 1
+    clip_norm: Positive | None = None
+    weight_decay: NonNegative = 0.0
+    member_batch: PositiveInt = 1  # members fitted side by side (vmap) within a population; 1 = one after another
+    max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
+    lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
+
+    def __post_init__(self):
+        check_fields(self)
 
     @classmethod
     def from_mapping(cls, cfg) -> "FitConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(cfg or {}).items() if k in known})
+        """A FitConfig from a ``fit`` mapping; a key it does not have is refused (``ConfigError``)."""
+        return cls(**strict_fields(cls, cfg, "fit"))
 
 
 def make_optimizer(cfg: FitConfig) -> optax.GradientTransformation:

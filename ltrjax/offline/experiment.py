@@ -339,7 +339,9 @@ def load_queryset(cfg, exp: dict):
     if ds is None:
         from omegaconf import OmegaConf
 
-        ds = OmegaConf.load(pathlib.Path(__file__).resolve().parents[2] / "conf" / "dataset" / "synthetic.yaml")
+        from ltrjax.schema import conf_dir
+
+        ds = OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml")
     try:
         from omegaconf import OmegaConf
 
@@ -347,7 +349,8 @@ def load_queryset(cfg, exp: dict):
     except ImportError:  # pragma: no cover
         ds = dict(ds)
     ds["min_docs"] = 0
-    return load_dataset(ds, seed=int(exp["seed"]))
+    data = (cfg.get("data") if hasattr(cfg, "get") else None) or {}
+    return load_dataset(ds, seed=int(exp["seed"]), cache_dir=data.get("cache_dir") or None)
 
 
 RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")

@@ -13,31 +13,42 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from ltrjax.constraints import NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields, strict_fields
 from ltrjax.models import optim
 from ltrjax.offline.estimators.base import Estimator
 
 
+def optimizer_names() -> tuple[str, ...]:
+    return tuple(optim.OPTIMIZERS)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 64
-    optimizer: str = "adam"  # adam | adagrad | sgd
-    learning_rate: float = 0.01
-    clip_norm: float | None = 5.0
-    weight_decay: float = 0.0
-    max_epochs: int = 100
-    patience: int = 10  # epochs without a better validation score before stopping
-    min_epochs: int = 1
-    eval_every: int = 1  # validate every n epochs (and at the last epoch)
+    """Settings of an offline estimator's fit; also the schema of ``experiment.train`` (``ltrjax.schema``)."""
+
+    batch_size: PositiveInt = 64
+    optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"
+    learning_rate: Positive = 0.01
+    clip_norm: Positive | None = 5.0
+    weight_decay: NonNegative = 0.0
+    max_epochs: PositiveInt = 100
+    patience: NonNegativeInt = 10  # epochs without a better validation score before stopping
+    min_epochs: NonNegativeInt = 1
+    eval_every: PositiveInt = 1  # validate every n epochs (and at the last epoch)
+
+    def __post_init__(self):
+        check_fields(self)
 
     @classmethod
     def from_mapping(cls, m) -> TrainConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(m or {}).items() if k in names})
+        """A TrainConfig from a ``train`` mapping; a key it does not have is refused (``ConfigError``)."""
+        return cls(**strict_fields(cls, m, "train"))
 
 
 @dataclasses.dataclass

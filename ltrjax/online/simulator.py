@@ -23,7 +23,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +33,8 @@ from tqdm.auto import tqdm
 
 from ltrjax import clicks as click_lib
 from ltrjax import metrics
+from ltrjax.constraints import (ConfigError, Each, Length, NonNegativeInt, OneOf, Positive, PositiveInt, Probability,
+                                Range, check_fields, strict_fields)
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
@@ -43,44 +45,59 @@ from ltrjax.online.state import STAT_NAMES, BucketState, counters_in_dataset_ord
 SPLITS = ("train", "vali", "test")
 
 
+RELEVANCE_MAPPINGS = ("ebrank", "linear", "binary", "vectorization")
+DISCOUNTS = ("auto", "log2", "examination")
+CLICK_RNGS = ("host", "device")
+
+
 @dataclasses.dataclass(frozen=True)
 class SimConfig:
-    """Protocol constants (defaults: EBRank §5.1, seed-code.md §1.3)."""
+    """Protocol constants (defaults: EBRank §5.1, seed-code.md §1.3); also the schema of the ``sim`` config
+    block (``ltrjax.schema``): annotations give the types and allowed values, ``__post_init__`` checks them."""
 
-    top_k: int = 5
-    initial_docs: tuple[int, int] = (5, 9)
-    entry_prob: float = 1.0
-    sessions: int | None = None  # None: #queries x (mean docs - 5) / entry_prob (EBRank Eq. 29)
-    warmup_sessions_per_query: int = 20
-    n_updates: int = 20
-    refreshes: int | None = None  # segments = behaviour-feature refreshes; None: n_updates (UCBRank: 100)
+    top_k: PositiveInt = 5
+    initial_docs: Annotated[tuple[int, int], Length(2), Each(Range(1))] = (5, 9)
+    entry_prob: Probability = 1.0
+    sessions: PositiveInt | None = None  # None: #queries x (mean docs - 5) / entry_prob (EBRank Eq. 29)
+    warmup_sessions_per_query: NonNegativeInt = 20
+    n_updates: PositiveInt = 20
+    refreshes: PositiveInt | None = None  # segments = behaviour-feature refreshes; None: n_updates (UCBRank: 100)
     train_after_warmup: bool = False
-    gamma: float = 0.995
-    relevance: str = "ebrank"
-    relevance_eps_min: float = 0.1
+    gamma: Annotated[float, Range(0, 1, lo_open=True)] = 0.995
+    relevance: Annotated[str, OneOf(RELEVANCE_MAPPINGS)] = "ebrank"
+    relevance_eps_min: Probability = 0.1
     # NDCG discount: "auto" = the examination curve theta_k of a position-based click model under
     # the EBRank mapping (EBRank's gain/discount convention), else 1/log2(k+1); or "log2"/"examination".
-    discount: str = "auto"
-    lanes_per_query: float = 0.1  # lanes = clip(queries * this, min_lanes, max_lanes)
-    min_lanes: int = 32
-    max_lanes: int = 1024
+    discount: Annotated[str, OneOf(DISCOUNTS)] = "auto"
+    lanes_per_query: Positive = 0.1  # lanes = clip(queries * this, min_lanes, max_lanes)
+    min_lanes: PositiveInt = 32
+    max_lanes: PositiveInt = 1024
     # click uniforms: "host" = NumPy PCG64 per segment (the reference-exact default), "device" = jax.random
     # inside the compiled step (no host work or transfer per segment; for GPUs)
-    click_rng: str = "host"
+    click_rng: Annotated[str, OneOf(CLICK_RNGS)] = "host"
+
+    def __post_init__(self):
+        object.__setattr__(self, "initial_docs", tuple(self.initial_docs))
+        check_fields(self)
+        lo, hi = self.initial_docs
+        if lo > hi:
+            raise ConfigError("initial_docs", list(self.initial_docs), "expected [min, max] with min <= max")
+        if self.entry_prob == 0 and self.sessions is None:
+            raise ConfigError("entry_prob", self.entry_prob, "expected a number in (0, 1] when sessions is null "
+                              "(the default session count divides by it)")
+        if self.max_lanes < self.min_lanes:
+            raise ConfigError("max_lanes", self.max_lanes, f"expected at least min_lanes ({self.min_lanes})")
+        if self.n_segments % self.n_updates:
+            raise ConfigError("refreshes", self.refreshes, f"expected a multiple of n_updates ({self.n_updates}): "
+                              "models retrain at every refreshes/n_updates-th refresh")
 
     @classmethod
     def from_mapping(cls, cfg) -> "SimConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in dict(cfg).items() if k in known}
-        if "initial_docs" in values:
-            values["initial_docs"] = tuple(int(v) for v in values["initial_docs"])
-        config = cls(**values)
-        if config.click_rng not in ("host", "device"):
-            raise ValueError(f"sim.click_rng must be 'host' or 'device', got {config.click_rng!r}")
-        if config.n_segments % config.n_updates:
-            raise ValueError(f"sim.refreshes ({config.refreshes}) must be a multiple of sim.n_updates "
-                             f"({config.n_updates}): models retrain at every refreshes/n_updates-th refresh")
-        return config
+        """A SimConfig from a mapping (the ``sim`` block); a key it does not have is refused (``ConfigError``)."""
+        values = strict_fields(cls, cfg, "sim")
+        if "initial_docs" in values and isinstance(values["initial_docs"], (list, tuple)):
+            values["initial_docs"] = tuple(values["initial_docs"])
+        return cls(**values)
 
     @property
     def n_segments(self) -> int:

@@ -26,13 +26,14 @@ log with a leading member axis and may train them all in one compiled fit; the d
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from flax import struct
+
+from ltrjax.constraints import ConfigError, check_value, field_checks
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.online.state import DocCounters
@@ -77,6 +78,17 @@ def stack_members(trees):
     return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
 
 
+def check_hyper(hyper_class, values: dict, name: str = "policy") -> None:
+    """Refuse (``ConfigError``) names that ``hyper_class`` (a ``Policy.Hyper``) does not have and values outside its
+    fields' constraints (``Annotated[jax.Array, NonNegative]``)."""
+    checks = field_checks(hyper_class)
+    for key, value in values.items():
+        if key not in checks:
+            raise ConfigError(key, value, f"{name} has no tunable hyper-parameter {key!r}; it has "
+                              f"{', '.join(sorted(checks)) or 'none'}")
+        check_value(key, value, checks[key])
+
+
 class Policy:
     """Base class: a deterministic scorer with no learning. Subclasses override what they need."""
 
@@ -93,11 +105,7 @@ class Policy:
 
     def make_hyper(self, **values) -> Any:
         """``default_hyper()`` with some fields replaced (validation grids); unknown names are refused."""
-        fields = {f.name for f in dataclasses.fields(self.Hyper)}
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            raise ValueError(f"{self.name} has no tunable hyper-parameters {unknown}; it has "
-                             f"{sorted(fields) or 'none'}")
+        check_hyper(self.Hyper, values, self.name)
         return self.default_hyper().replace(**{k: jnp.float32(v) for k, v in values.items()})
 
     def refresh(self, key: jax.Array, params: Params) -> Params:

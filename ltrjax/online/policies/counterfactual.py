@@ -32,11 +32,14 @@ cn/ctr, -2 for delta) for concat and use f(x_nb) for ie.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from ltrjax.constraints import NonNegative, OneOf, PositiveInts
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import MLPScorer
@@ -127,7 +130,7 @@ def fit_examples(features: np.ndarray, target) -> dict:
 
 @struct.dataclass
 class CFHyper:
-    epsilon: jax.Array = 0.0  # CFEpsilon's noise scale
+    epsilon: Annotated[jax.Array, NonNegative] = 0.0  # CFEpsilon's noise scale
 
 
 class CounterfactualL2(Policy):
@@ -137,11 +140,14 @@ class CounterfactualL2(Policy):
     trains = True
     serving = "topk"
     Hyper = CFHyper
+    default_fit = DEFAULT_FIT
 
-    def __init__(self, data: PaddedDataset, setting: str = "wo_behav", behaviour: str = "cn",
-                 epsilon: float = 0.0, leaky_output: bool = True, hidden: Sequence[int] = (),
-                 min_impressions: float = 20, target: str = "ips", ctr_prior_count: float = 0.0,
-                 train: bool = True, fit: dict | None = None, serving: str | None = None, name: str | None = None):
+    def __init__(self, data: PaddedDataset, setting: Annotated[str, OneOf(behav.SETTINGS)] = "wo_behav",
+                 behaviour: Annotated[str, OneOf(behav.FEATURES)] = "cn", epsilon: float = 0.0,
+                 leaky_output: bool = True, hidden: PositiveInts = (), min_impressions: NonNegative = 20,
+                 target: Annotated[str, OneOf(TARGETS)] = "ips", ctr_prior_count: NonNegative = 0.0,
+                 train: bool = True, fit: dict | None = None,
+                 serving: Annotated[str | None, OneOf(SERVING, optional=True)] = None, name: str | None = None):
         self.name = name or self.name
         self.serving = serving or self.serving
         if self.serving not in SERVING:
@@ -157,7 +163,7 @@ class CounterfactualL2(Policy):
         self.trains = bool(train)
         self.n_features = data.n_features
         self.model = LinearL2Model(data.n_features, self.setting == "concat", hidden, leaky_output)
-        self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, **dict(fit or {})})
+        self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit = MemberFit(self.model.loss, self.fit_config)
 
     # -- parameters

@@ -35,10 +35,13 @@ session: PDGD ~10 us, DBGD ~15-23 us, TD-MGD (n = 9) ~36-46 us (CFTopK ~2.5 us);
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltrjax.constraints import NonNegativeInt, OneOf, Positive, PositiveInt, Range
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.online import multileaving as ml
 from ltrjax.online.policies.base import QueryView
@@ -72,9 +75,11 @@ class MGD(LinearOnlineLearner):
 
     name = "mgd"
 
-    def __init__(self, data: PaddedDataset, n_candidates: int = 9, multileave: str = "team_draft",
-                 delta: float = 1.0, learning_rate: float = 0.1, decay: float = 0.99999, top_k: int = 5,
-                 tau: float = 3.0, pm_samples: int = 0, pm_depth: int | None = None, **kwargs):
+    def __init__(self, data: PaddedDataset, n_candidates: PositiveInt = 9,
+                 multileave: Annotated[str, OneOf(MULTILEAVE)] = "team_draft", delta: Positive = 1.0,
+                 learning_rate: float = 0.1, decay: Annotated[float, Range(0, 1, lo_open=True)] = 0.99999,
+                 top_k: PositiveInt = 5, tau: Positive = 3.0, pm_samples: NonNegativeInt = 0,
+                 pm_depth: PositiveInt | None = None, **kwargs):
         super().__init__(data, learning_rate=learning_rate, decay=decay, **kwargs)
         if multileave not in MULTILEAVE:
             raise ValueError(f"unknown multileave {multileave!r}; expected one of {MULTILEAVE}")
@@ -191,7 +196,7 @@ class DBGD(MGD):
 
     name = "dbgd"
 
-    def __init__(self, data: PaddedDataset, multileave: str = "team_draft", **kwargs):
+    def __init__(self, data: PaddedDataset, multileave: Annotated[str, OneOf(MULTILEAVE)] = "team_draft", **kwargs):
         if kwargs.pop("n_candidates", 1) != 1:
             raise ValueError("DBGD has exactly one candidate; use MGD for more")
         super().__init__(data, n_candidates=1, multileave=multileave, **kwargs)

@@ -16,7 +16,7 @@ N = impressions n, E = exposure).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,7 @@ import numpy as np
 from flax import struct
 from jax.scipy.special import betaln
 
+from ltrjax.constraints import NonNegative, OneOf, Positive, PositiveInts
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.scorers import BetaPrior
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
@@ -69,17 +70,19 @@ def prior_nll(alpha, beta, c, n, clamp: float):
 
 @struct.dataclass
 class EBRankHyper:
-    epsilon: jax.Array = 20.0  # exploration strength (Eq. 13)
+    epsilon: Annotated[jax.Array, NonNegative] = 20.0  # exploration strength (Eq. 13)
 
 
 class EBRank(Policy):
     name = "ebrank"
     trains = True
     Hyper = EBRankHyper
+    default_fit = DEFAULT_FIT
 
-    def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: float = 5.0,
-                 statistic: str = "exposure", hidden: Sequence[int] = (), min_impressions: float = 20,
-                 clamp: float = 1e-3, fit: dict | None = None, name: str | None = None):
+    def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: Positive = 5.0,
+                 statistic: Annotated[str, OneOf(STATISTICS)] = "exposure",
+                 hidden: PositiveInts = (), min_impressions: NonNegative = 20,
+                 clamp: Positive = 1e-3, fit: dict | None = None, name: str | None = None):
         if statistic not in STATISTICS:
             raise ValueError(f"unknown EBRank statistic {statistic!r}; expected one of {STATISTICS}")
         self.name = name or self.name
@@ -90,7 +93,7 @@ class EBRank(Policy):
         self.clamp = float(clamp)
         self.n_features = data.n_features
         self.model = BetaPrior(hidden=tuple(hidden), n_features=data.n_features)
-        self.fit_config = FitConfig.from_mapping(fit or DEFAULT_FIT)
+        self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit = MemberFit(self._loss, self.fit_config)
 
     # -- model
@@ -166,8 +169,8 @@ class EBRankOnlyBehaviour(Policy):
 
     name = "ebrank_only_behav"
 
-    def __init__(self, data: PaddedDataset, statistic: str = "exposure", min_denominator: float = 0.01,
-                 name: str | None = None):
+    def __init__(self, data: PaddedDataset, statistic: Annotated[str, OneOf(STATISTICS)] = "exposure",
+                 min_denominator: Positive = 0.01, name: str | None = None):
         if statistic not in STATISTICS:
             raise ValueError(f"unknown EBRank statistic {statistic!r}; expected one of {STATISTICS}")
         self.name = name or self.name

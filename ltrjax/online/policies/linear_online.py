@@ -10,11 +10,14 @@ rejected (these learners need one scoring function).
 from __future__ import annotations
 
 import functools
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from ltrjax.constraints import NonNegative, OneOf, Positive, Range
 
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.data.queryset import TRAIN
@@ -55,7 +58,7 @@ def weighted_feature_sum(features: jax.Array, rows: jax.Array, shown: jax.Array,
 
 @struct.dataclass
 class LinearOnlineHyper:
-    learning_rate: jax.Array = 0.1  # eta_0 of the §3.6 step sizes
+    learning_rate: Annotated[jax.Array, Positive] = 0.1  # eta_0 of the §3.6 step sizes
 
 
 class LinearOnlineLearner(Policy):
@@ -68,9 +71,11 @@ class LinearOnlineLearner(Policy):
     trains = True
     Hyper = LinearOnlineHyper
 
-    def __init__(self, data: PaddedDataset, setting: str = "wo_behav", behaviour: str = "cn",
-                 learning_rate: float = 0.1, decay: float = 0.9999, init: str = "uniform", all_splits: bool = False,
-                 ctr_prior_count: float = 0.0, name: str | None = None):
+    def __init__(self, data: PaddedDataset, setting: Annotated[str, OneOf(("wo_behav", "concat"))] = "wo_behav",
+                 behaviour: Annotated[str, OneOf(behav.FEATURES)] = "cn", learning_rate: float = 0.1,
+                 decay: Annotated[float, Range(0, 1, lo_open=True)] = 0.9999,
+                 init: Annotated[str, OneOf(INITS)] = "uniform", all_splits: bool = False,
+                 ctr_prior_count: NonNegative = 0.0, name: str | None = None):
         self.name = name or self.name
         self.setting = behav.check_setting(setting)
         if self.setting == "ie":

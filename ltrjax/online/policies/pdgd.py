@@ -33,9 +33,12 @@ displayed documents at that time.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import jax.numpy as jnp
 import numpy as np
 
+from ltrjax.constraints import Range
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.online import plackett_luce as pl
 from ltrjax.online.policies.base import QueryView
@@ -47,7 +50,8 @@ class PDGD(LinearOnlineLearner):
 
     name = "pdgd"
 
-    def __init__(self, data: PaddedDataset, learning_rate: float = 0.1, decay: float = 0.9999, **kwargs):
+    def __init__(self, data: PaddedDataset, learning_rate: float = 0.1,
+                 decay: Annotated[float, Range(0, 1, lo_open=True)] = 0.9999, **kwargs):
         super().__init__(data, learning_rate=learning_rate, decay=decay, **kwargs)
 
     def prepare(self, params, bucket: Bucket, behaviour=None):

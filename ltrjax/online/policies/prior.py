@@ -16,10 +16,13 @@ splits into a per-segment part and the live x_b term.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltrjax.constraints import NonNegative, OneOf
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
@@ -40,10 +43,13 @@ from ltrjax.online.training_data import member_splits, split_capacity
 class Prior(Policy):
     name = "prior_concat"
     trains = True
+    default_fit = {**DEFAULT_FIT, "patience": 30}
 
-    def __init__(self, data: PaddedDataset, behaviour: str = "cn", leaky_output: bool = True,
-                 min_impressions: float = 0, target: str = "ips", ctr_prior_count: float = 0.0,
-                 train: bool = True, fit: dict | None = None, name: str | None = None, setting: str = "concat"):
+    def __init__(self, data: PaddedDataset, behaviour: Annotated[str, OneOf(behav.FEATURES)] = "cn",
+                 leaky_output: bool = True, min_impressions: NonNegative = 0,
+                 target: Annotated[str, OneOf(TARGETS)] = "ips", ctr_prior_count: NonNegative = 0.0,
+                 train: bool = True, fit: dict | None = None, name: str | None = None,
+                 setting: Annotated[str, OneOf(("concat",))] = "concat"):
         if setting != "concat":
             raise ValueError(f"PRIOR exists only in the concat feature setting (its g sees x_b), got {setting!r}")
         self.setting = setting
@@ -57,7 +63,7 @@ class Prior(Policy):
         self.trains = bool(train)
         self.prior_model = LinearL2Model(data.n_features, False, (), leaky_output)  # h(x_nb)
         self.model = LinearL2Model(data.n_features, True, (), leaky_output)  # g([x_nb, x_b])
-        self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, "patience": 30, **dict(fit or {})})
+        self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit_prior = MemberFit(self.prior_model.loss, self.fit_config)
         self._fit_model = MemberFit(self.model.loss, self.fit_config)
 

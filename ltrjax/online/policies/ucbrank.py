@@ -38,15 +38,16 @@ counters, cold with x_b at its unseen value (Delta: -2, CTR: 0) for concat and f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ltrjax.constraints import NonNegative, OneOf, PositiveInt, PositiveInts, Range
 from ltrjax.data.layout import Bucket, PaddedDataset
-from ltrjax.models.mc_dropout import N_PASSES, MCDropoutMLP
+from ltrjax.models.mc_dropout import ACTIVATIONS, N_PASSES, MCDropoutMLP
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy, QueryView
@@ -73,7 +74,7 @@ def ucb_bonus(issue_count, impressions) -> jax.Array:
 
 @struct.dataclass
 class UCBHyper:
-    exploration: jax.Array = 0.0  # lambda of Eq. 13 (UCB) or the noise scale (EpsilonRank)
+    exploration: Annotated[jax.Array, NonNegative] = 0.0  # lambda of Eq. 13 (UCB) or the noise scale (EpsilonRank)
 
 
 class UCBRank(Policy):
@@ -82,12 +83,17 @@ class UCBRank(Policy):
 
     name = "ucbrank"
     trains = True
+    default_fit = DEFAULT_FIT
 
-    def __init__(self, data: PaddedDataset, strategy: str = "ucb", setting: str = "wo_behav",
-                 behaviour: str = "delta", exploration: float = 1.0, hidden: Sequence[int] = (32, 32),
-                 activation: str = "sigmoid", dropout: float = 0.5, n_passes: int = N_PASSES,
-                 ucb_center: str = "mc_mean", ie_unshown_bonus: str = "mc_std", min_impressions: float = 0,
-                 ctr_prior_count: float = 0.0, train: bool = True, fit: dict | None = None, name: str | None = None):
+    def __init__(self, data: PaddedDataset, strategy: Annotated[str, OneOf(STRATEGIES)] = "ucb",
+                 setting: Annotated[str, OneOf(behav.SETTINGS)] = "wo_behav",
+                 behaviour: Annotated[str, OneOf(behav.FEATURES)] = "delta", exploration: float = 1.0,
+                 hidden: PositiveInts = (32, 32), activation: Annotated[str, OneOf(ACTIVATIONS)] = "sigmoid",
+                 dropout: Annotated[float, Range(0, 1, hi_open=True)] = 0.5, n_passes: PositiveInt = N_PASSES,
+                 ucb_center: Annotated[str, OneOf(UCB_CENTERS)] = "mc_mean",
+                 ie_unshown_bonus: Annotated[str, OneOf(IE_UNSHOWN_BONUSES)] = "mc_std",
+                 min_impressions: NonNegative = 0, ctr_prior_count: NonNegative = 0.0, train: bool = True,
+                 fit: dict | None = None, name: str | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
         if ucb_center not in UCB_CENTERS:
@@ -106,7 +112,7 @@ class UCBRank(Policy):
         self.trains = bool(train)
         self.model = MCDropoutMLP(data.n_features + int(self.setting == "concat"), hidden, activation, dropout,
                                   n_passes)
-        self.fit_config = FitConfig.from_mapping({**DEFAULT_FIT, **dict(fit or {})})
+        self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit = MemberFit(self.model.loss, self.fit_config)
 
     # -- parameters

@@ -1,0 +1,734 @@
+"""Typed configuration: the schemas of every config block, and the check a run makes before loading data.
+
+Each block of ``conf/`` has a dataclass schema (Hydra structured configs, registered in Hydra's
+ConfigStore under ``schema/``):
+
+| block | schema |
+|---|---|
+| ``sim`` | ``ltrjax.online.simulator.SimConfig`` (the simulator's own settings) |
+| ``click_model`` | ``ltrjax.clicks.ClickModelConfig`` (a kind may only carry the keys it reads: ``KIND_KEYS``) |
+| ``dataset`` | ``ltrjax.data.registry.DatasetConfig`` (+ ``preset`` and the ``SyntheticParams`` fields for synthetic data) |
+| ``experiment`` | ``OnlineExperimentConfig``, ``OnlineTableExperimentConfig`` (here) or, for ``kind: offline``, a dataclass derived from ``ltrjax.offline.experiment.DEFAULTS`` |
+| ``algorithms.NAME`` | derived from the ``_target_`` policy's constructor signature; ``fit`` is ``ltrjax.models.train.FitConfig``, ``tune`` names fields of the policy's ``Hyper`` |
+| ``fit_overrides`` | {glob of algorithm keys: some fields of ``FitConfig``} |
+| ``population``, ``layout``, ``data``, ``jax`` and the top level | ``RunConfig`` and its parts (here) |
+
+Types come from the annotations (OmegaConf converts and checks them), allowed values from their
+``Annotated`` constraints (``ltrjax.constraints``), the same ones the dataclasses check in
+``__post_init__`` and ``Policy.make_hyper`` checks for tune grids. ``validate`` checks a composed config
+against all of them and returns the fully resolved config a run uses; whatever it refuses raises a
+``ConfigError``, one paragraph naming the key, the value and what is allowed (``python -m ltrjax.run``
+prints it and exits with status 2).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import fnmatch
+import functools
+import inspect
+import logging
+import pathlib
+import types
+import typing
+from typing import Annotated, Any, Dict, List, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from ltrjax.clicks import EXAMINATION_CURVES, CASCADE_PRESETS, KIND_KEYS, ClickModelConfig, click_model_kinds
+from ltrjax.constraints import (Check, ConfigError, Each, NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt,
+                                Range, check_fields, check_value, checks_of, field_checks, strict_fields,
+                                unknown_key)
+from ltrjax.data.registry import SYNTHETIC_KEYS, DatasetConfig
+from ltrjax.data.synthetic import PRESETS, SyntheticParams, synthetic_params
+from ltrjax.models.train import FitConfig
+from ltrjax.offline.train import TrainConfig
+from ltrjax.online.simulator import RELEVANCE_MAPPINGS, SimConfig
+
+log = logging.getLogger("ltrjax")
+
+KINDS = ("online", "online_table", "offline")
+
+
+def conf_dir() -> pathlib.Path:
+    """The folder of the YAML configs: ``ltrjax/conf`` in an installed package (the top-level ``conf/``
+    shipped as package data), else ``conf/`` of the source checkout ``ltrjax`` runs from."""
+    here = pathlib.Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(f"ltrjax's configs are neither in {here / 'conf'} (an installed package) nor in "
+                            f"{here.parent / 'conf'} (a source checkout); reinstall ltrjax")
+
+
+# --------------------------------------------------------------------------- the schemas
+@dataclasses.dataclass
+class PopulationConfig:
+    """Members of one compiled population (``Simulator.run_population``)."""
+
+    max_members: PositiveInt | None = None  # cap on members per compiled chunk (null: as many as fit)
+    memory_gb: Positive | None = None  # memory budget of one chunk (null: a quarter of the machine's memory)
+
+
+@dataclasses.dataclass
+class LayoutConfig:
+    """Size buckets of the padded [query, doc] layout (``ltrjax.data.layout.pad_and_bucket``)."""
+
+    n_buckets: PositiveInt = 4
+    merge_tolerance: NonNegative = 0.25
+    single_bucket_cells: NonNegativeInt = 200_000
+
+
+@dataclasses.dataclass
+class DataConfig:
+    cache_dir: str | None = None  # parsed-LETOR cache; null: $LTRJAX_CACHE or ~/.cache/ltrjax
+
+
+@dataclasses.dataclass
+class JaxConfig:
+    compilation_cache: bool = True
+
+
+@dataclasses.dataclass
+class EtaSweepConfig:
+    """EBRank Fig. 4: the protocol rerun at other entry probabilities."""
+
+    values: Annotated[List[float], Each(Range(0, 1, lo_open=True))] = dataclasses.field(
+        default_factory=lambda: [0.2, 0.5, 1.0])
+    algorithms: List[str] = dataclasses.field(default_factory=list)
+    trials: PositiveInt = 2
+
+
+@dataclasses.dataclass
+class OnlineExperimentConfig:
+    """``experiment`` of ``experiment=online`` (``ltrjax.runner.run_online``)."""
+
+    kind: Annotated[str, OneOf(KINDS)] = "online"
+    tune: bool = True  # pick each algorithm's tune-grid value per trial on tune_split sessions
+    tune_split: Annotated[str, OneOf(("train", "vali"))] = "vali"  # never the test split
+    curve_points: PositiveInt = 100
+    objective: Optional[str] = None  # the algorithm key whose validation Cum-NDCG the run returns
+    resume: bool = True
+    only: Optional[List[str]] = None
+    entry_bins: PositiveInt = 10
+
+
+@dataclasses.dataclass
+class OnlineTableExperimentConfig(OnlineExperimentConfig):
+    """``experiment`` of the papers' tables (``experiment=online_table``, ``ucbrank_table``)."""
+
+    kind: Annotated[str, OneOf(KINDS)] = "online_table"
+    title: str = "Online performance"
+    alpha: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.05
+    permutations: PositiveInt = 10_000
+    click_rate_algorithms: Optional[List[str]] = None
+    eta_sweep: Optional[EtaSweepConfig] = None
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The top level of ``conf/config.yaml``; ``click_model``, ``experiment``, ``algorithms``, ``fit_overrides``
+    and ``dataset`` have schemas of their own (they depend on the experiment kind and the algorithm)."""
+
+    seed: NonNegativeInt = 0
+    trials: PositiveInt = 3
+    progress: bool = True
+    save_click_logs: bool = False
+    click_log: Optional[str] = None  # experiment=offline only
+    sim: SimConfig = dataclasses.field(default_factory=SimConfig)
+    population: PopulationConfig = dataclasses.field(default_factory=PopulationConfig)
+    layout: LayoutConfig = dataclasses.field(default_factory=LayoutConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    jax: JaxConfig = dataclasses.field(default_factory=JaxConfig)
+
+
+SEPARATE_BLOCKS = ("click_model", "experiment", "algorithms", "fit_overrides", "dataset")
+# what experiment=offline does not read (refused when set on the command line, left out of the resolved config)
+ONLINE_ONLY = ("sim", "population", "layout", "click_model", "fit_overrides", "algorithms")
+
+
+# --------------------------------------------------------------------------- typing through OmegaConf
+def _type_words(hint) -> str:
+    """A phrase for a (plain) type: 'an integer', 'a list of numbers', ..."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        return _type_words(args[0])
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return " or ".join(_type_words(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
+    if origin in (list, tuple, List, collections.abc.Sequence):
+        return f"a list of {_type_words(args[0]).removeprefix('an ').removeprefix('a ')}s" if args else "a list"
+    if origin in (dict, Dict, collections.abc.Mapping):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            dict: "a mapping"}.get(hint, "a value")
+
+
+def _is_optional(hint) -> bool:
+    if typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+
+
+def _allowed(hint) -> str:
+    """What a field of type ``hint`` (``Annotated`` constraints included) accepts, for a message."""
+    checks = checks_of(hint)
+    if checks:
+        words = "; ".join(c.describe() for c in checks)
+        return f"expected {words}{' or null' if _is_optional(hint) and 'null' not in words else ''}"
+    return f"expected {_type_words(hint)}"
+
+
+def _lookup(mapping, dotted: str):
+    node = mapping
+    for part in str(dotted).split("."):
+        if isinstance(node, (dict, DictConfig)) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple, ListConfig)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix and key else (prefix or key)
+
+
+def _writable(node):
+    """A structured config without the read-only flags of frozen dataclasses (so that values merge into it)."""
+    OmegaConf.set_readonly(node, False)
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)):
+                _writable(child)
+    return node
+
+
+def typed(cls, mapping, where: str, *, label: str | None = None):
+    """``mapping`` as an instance of dataclass ``cls``: unknown keys and wrong types refused by OmegaConf (Hydra's
+    structured configs), values by the dataclass's ``__post_init__`` checks; every error a ``ConfigError`` whose
+    key is prefixed with ``where``."""
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, (dict, DictConfig)):
+        raise ConfigError(where, mapping, f"expected a mapping of {label or where} settings")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):  # nested blocks first, so that their errors name their full key
+        sub = hints[f.name]
+        if typing.get_origin(sub) in (typing.Union, types.UnionType):
+            sub = next((a for a in typing.get_args(sub) if a is not type(None)), sub)
+        if dataclasses.is_dataclass(sub) and isinstance(mapping.get(f.name), (dict, DictConfig)):
+            typed(sub, mapping[f.name], _join(where, f.name), label=f.name)
+    try:
+        merged = OmegaConf.merge(_writable(OmegaConf.structured(cls)), mapping)
+        obj = OmegaConf.to_object(merged)
+        check_fields(obj)  # for the schemas without a __post_init__ of their own
+        return obj
+    except ConfigError as err:
+        raise err.within(where) from None
+    except ConfigKeyError as err:
+        full = str(err.full_key or err.key)
+        owner = err.object_type if dataclasses.is_dataclass(err.object_type) else cls
+        raise unknown_key(_join(where, full), _lookup(mapping, full), [f.name for f in dataclasses.fields(owner)],
+                          _join(where, full.rpartition(".")[0]) or label or where) from None
+    except ValidationError as err:
+        full = str(err.full_key or err.key)
+        owner = err.object_type if dataclasses.is_dataclass(err.object_type) else cls
+        name = full.rsplit(".", 1)[-1]
+        hints = typing.get_type_hints(owner, include_extras=True)
+        allowed = _allowed(hints[name]) if name in hints else f"not allowed here ({err.msg.splitlines()[0]})"
+        raise ConfigError(_join(where, full), _lookup(mapping, full), allowed) from None
+    except OmegaConfBaseException as err:
+        raise ConfigError(where, None, str(err).splitlines()[0], show_value=False) from None
+
+
+# --------------------------------------------------------------------------- click models, datasets
+def check_click_model(mapping, where: str = "click_model") -> dict:
+    """A ``click_model`` mapping typed and checked; a key its kind does not read is refused (it would be ignored)."""
+    model = typed(ClickModelConfig, mapping, where, label="click model")
+    reads = KIND_KEYS[model.kind]
+    for key in mapping or {}:
+        if key != "kind" and key not in reads and (mapping or {})[key] is not None:
+            groups = ", ".join(f"click_model={p.stem}" for p in sorted((conf_dir() / "click_model").glob("*.yaml")))
+            raise ConfigError(f"{where}.{key}", mapping[key],
+                              f"kind {model.kind!r} does not read it (it reads {', '.join(reads) or 'no other key'}); "
+                              f"choose a click model with its own keys instead ({groups})")
+    return {"kind": model.kind, **{k: getattr(model, k) for k in reads}}
+
+
+@functools.lru_cache(maxsize=None)
+def synthetic_schema() -> type:
+    """DatasetConfig plus ``preset`` and every SyntheticParams field (null: the preset's value)."""
+    hints = typing.get_type_hints(SyntheticParams)
+    extra = [("preset", Annotated[str, OneOf(PRESETS)], dataclasses.field(default="synthetic"))]
+    for name in SYNTHETIC_KEYS[1:]:
+        hint = hints[name]
+        if typing.get_origin(hint) is tuple:
+            hint = List[typing.get_args(hint)[0]]
+        extra.append((name, Optional[hint], dataclasses.field(default=None)))
+    return dataclasses.make_dataclass("SyntheticDatasetConfig", extra, bases=(DatasetConfig,), frozen=True)
+
+
+def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
+    """The ``dataset`` mapping (default: ``conf/dataset/synthetic.yaml``) typed and checked, a relative
+    ``dataset.path`` made absolute against ``cwd`` (the directory the user ran from)."""
+    if mapping is None:
+        mapping = OmegaConf.to_container(OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml"))
+    kind = (mapping or {}).get("kind", "letor") if isinstance(mapping, (dict, DictConfig)) else None
+    if kind == "synthetic":
+        data = typed(synthetic_schema(), mapping, "dataset", label="dataset")
+        values = dataclasses.asdict(data)
+        try:  # the preset with the overrides: ranges and consistency (SyntheticParams.__post_init__)
+            params = synthetic_params(values)
+        except ValueError as err:
+            raise ConfigError("dataset", None, str(err), show_value=False) from None
+        bm25 = params.bm25_feature
+    else:
+        data = typed(DatasetConfig, mapping, "dataset", label="dataset")
+        values = dataclasses.asdict(data)
+        bm25 = data.bm25_feature
+    if values["warmup_feature"] is not None and bm25 is not None:
+        raise ConfigError("dataset.warmup_feature", values["warmup_feature"],
+                          f"only read when the data has no BM25 feature, but dataset.bm25_feature is {bm25}; "
+                          "set dataset.bm25_feature=null to rank by another feature")
+    if values["path"] and cwd is not None and not pathlib.Path(values["path"]).expanduser().is_absolute():
+        values["path"] = str((cwd / values["path"]).resolve())
+    return values
+
+
+# --------------------------------------------------------------------------- algorithms
+@functools.lru_cache(maxsize=None)
+def policy_class(target: str) -> type:
+    import importlib
+
+    from ltrjax.online.policies.base import Policy
+
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        cls = None
+    if not (inspect.isclass(cls) and issubclass(cls, Policy)):
+        raise ConfigError("_target_", target, "expected the import path of a Policy class "
+                          "(e.g. ltrjax.online.policies.ebrank.EBRank)")
+    return cls
+
+
+@functools.lru_cache(maxsize=None)
+def constructor_options(cls) -> dict[str, tuple[Any, Any]]:
+    """{option: (annotation, default)} of a policy class's constructor, following ``**kwargs`` up the MRO."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        init = vars(klass)["__init__"]
+        hints = typing.get_type_hints(init, include_extras=True)
+        params = list(inspect.signature(init).parameters.values())[1:]  # no self
+        for p in params:
+            if p.name == "data" or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                continue
+            out.setdefault(p.name, (hints.get(p.name, Any), p.default))
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return out
+
+
+def _omegaconf_type(hint):
+    """The plain type OmegaConf can check for a constructor annotation."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        return _omegaconf_type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return Optional[_omegaconf_type(inner[0])] if len(inner) == 1 else Any
+    if origin in (list, tuple, List, collections.abc.Sequence):
+        return List[_omegaconf_type(args[0])] if args else List[Any]
+    if origin in (dict, Dict, collections.abc.Mapping) or hint is dict:
+        return Optional[Dict[str, Any]]
+    return hint if hint in (int, float, str, bool) else Any
+
+
+@functools.lru_cache(maxsize=None)
+def algorithm_schema(cls) -> type:
+    """The options of policy class ``cls`` as a dataclass (Hydra structured config) derived from its constructor;
+    ``_target_`` and ``tune`` added, ``fit`` typed by ``FitConfig`` (checked separately)."""
+    fields = [("_target_", str, dataclasses.field(default=f"{cls.__module__}.{cls.__qualname__}")),
+              ("tune", Optional[Dict[str, Any]], dataclasses.field(default=None))]
+    for name, (hint, default) in constructor_options(cls).items():
+        plain = _omegaconf_type(hint)
+        if name == "fit":
+            plain = Optional[Dict[str, Any]]
+        if default is inspect.Parameter.empty:
+            field = dataclasses.field(default="???")
+        elif isinstance(default, (list, tuple, dict)):
+            field = dataclasses.field(default_factory=lambda d=default: list(d) if isinstance(d, tuple) else d)
+        else:
+            field = dataclasses.field(default=default)
+        fields.append((name, plain, field))
+    schema = dataclasses.make_dataclass(f"{cls.__name__}Options", fields)
+    _store("schema/algorithm", cls.__name__, schema)
+    return schema
+
+
+def fit_override(key: str, overrides) -> dict:
+    """The ``fit`` fields that ``overrides`` ({glob of algorithm keys: {field: value}}, conf/fit_overrides/)
+    sets for algorithm ``key``; later globs win."""
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    out = {}
+    for pattern, fields in (overrides or {}).items():
+        if fnmatch.fnmatchcase(key, pattern):
+            out.update(fields or {})
+    return out
+
+
+def check_fit_overrides(overrides) -> dict:
+    if isinstance(overrides, DictConfig):
+        overrides = OmegaConf.to_container(overrides, resolve=True)
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise ConfigError("fit_overrides", overrides, "expected a mapping {glob of algorithm keys: fit fields}")
+    for pattern, fields in overrides.items():
+        where = f"fit_overrides.{pattern}"
+        try:
+            FitConfig(**strict_fields(FitConfig, fields, "a fit block"))
+        except ConfigError as err:
+            raise err.within(where) from None
+        except TypeError as err:
+            raise ConfigError(where, fields, f"expected a mapping of fit fields ({err})") from None
+    return overrides
+
+
+def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, dict | None]:
+    """(policy class, constructor keyword arguments, tune grid) of algorithm config ``acfg`` (key ``key``), checked
+    against the class's constructor (``algorithm_schema``), its ``Hyper`` (``tune`` and same-named options) and
+    ``FitConfig`` (``fit`` with ``fit_overrides`` applied and the class's ``default_fit`` filled in)."""
+    where = f"algorithms.{key}"
+    if isinstance(acfg, DictConfig):
+        acfg = OmegaConf.to_container(acfg, resolve=True)
+    if not isinstance(acfg, dict):
+        raise ConfigError(where, acfg, "expected an algorithm mapping with a _target_ (conf/algorithm/*.yaml)")
+    if "_target_" not in acfg:
+        raise ConfigError(f"{where}._target_", None, "missing: expected the import path of a Policy class",
+                          show_value=False)
+    try:
+        cls = policy_class(str(acfg["_target_"]))
+    except ConfigError as err:
+        raise err.within(where) from None
+    schema = algorithm_schema(cls)
+    options = constructor_options(cls)
+    for name, value in acfg.items():
+        if name not in ("_target_", "tune") and name not in options:
+            raise unknown_key(f"{where}.{name}", value, ["tune", *options], f"{cls.__name__} ({where})")
+    typed_values = OmegaConf.to_container(_merge_typed(schema, acfg, where), resolve=True)
+    hyper_checks = field_checks(cls.Hyper)
+    kwargs = {}
+    for name in acfg:
+        if name in ("_target_", "tune", "fit"):
+            continue
+        value = typed_values[name]
+        checks = checks_of(options[name][0]) + hyper_checks.get(name, [])
+        check_value(f"{where}.{name}", value, checks)
+        kwargs[name] = value
+    if "fit" in options:
+        fit = {**getattr(cls, "default_fit", {}), **(acfg.get("fit") or {}), **fit_override(key, fit_overrides)}
+        try:
+            kwargs["fit"] = dataclasses.asdict(FitConfig(**strict_fields(FitConfig, fit, "a fit block")))
+        except ConfigError as err:
+            raise err.within(f"{where}.fit") from None
+    tune = typed_values.get("tune")
+    if tune:
+        from ltrjax.online.policies.base import check_hyper
+
+        for name, values in tune.items():
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"{where}.tune.{name}", values, "expected a non-empty list of values to try")
+            for value in values:
+                try:
+                    check_hyper(cls.Hyper, {name: value}, cls.__name__)
+                except ConfigError as err:
+                    raise ConfigError(f"{where}.tune.{name}", values, err.allowed) from None
+    return cls, kwargs, tune
+
+
+def _merge_typed(schema, mapping, where):
+    try:
+        return OmegaConf.merge(_writable(OmegaConf.structured(schema)), mapping)
+    except ConfigKeyError as err:  # pragma: no cover - unknown keys are refused before
+        raise unknown_key(_join(where, str(err.full_key)), None, [f.name for f in dataclasses.fields(schema)],
+                          where) from None
+    except ValidationError as err:
+        full = str(err.full_key or err.key)
+        name = full.split(".", 1)[0]
+        cls = policy_class(mapping["_target_"])
+        hint = constructor_options(cls).get(name, (Any, None))[0] if name not in ("tune", "fit") else dict
+        raise ConfigError(_join(where, full), _lookup(mapping, full), _allowed(hint)) from None
+
+
+def resolve_algorithm(key: str, acfg, fit_overrides=None) -> dict:
+    """The algorithm config as the run uses it (``fit`` complete, options typed)."""
+    cls, kwargs, tune = algorithm_options(key, acfg, fit_overrides)
+    return {"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs, "tune": tune}
+
+
+# --------------------------------------------------------------------------- experiments
+OFFLINE_CHECKS: dict[str, list[Check]] = {
+    "kind": [OneOf(("offline",))],
+    "seed": [Range(0)],
+    "trials": [Range(1)],
+    "n_sessions": [Range(1)],
+    "list_size": [Range(1)],
+    "production_fraction": [Range(0, 1, lo_open=True)],
+    "logging_chunk": [Range(1)],
+    "ranker": [OneOf(("linear", "mlp"))],
+    "hidden": [Each(Range(1))],
+    "max_docs": [Range(1)],
+    "eval_buckets": [Range(1)],
+    "assumed_eta": [Range(0)],
+    "click_model.kind": [OneOf(click_model_kinds)],
+    "click_model.examination": [OneOf(EXAMINATION_CURVES)],
+    "click_model.eta": [Range(0)],
+    "click_model.relevance": [OneOf(RELEVANCE_MAPPINGS)],
+    "click_model.threshold": [Range(0)],
+    "click_model.noise": [Range(0, 1)],
+    "click_model.eps_minus_scale": [Range(0, 1)],
+    "click_model.preset": [OneOf(CASCADE_PRESETS)],
+    "eval.binarize": [OneOf(("auto", True, False))],
+    "eval.map_threshold": [Range(0)],
+    "estimator_options.naive_form": [OneOf(("pairwise", "listwise"))],
+    "estimator_options.ips_form": [OneOf(("pairwise", "listwise"))],
+    "estimator_options.labeled_form": [OneOf(("pairwise", "listwise"))],
+    "estimator_options.ips_clip": [Range(0, lo_open=True)],
+    "estimator_options.prs_gamma": [Range(0, lo_open=True)],
+    "estimator_options.dla_clip": [Range(0, lo_open=True)],
+    "estimator_options.em_step": [Range(0, lo_open=True)],
+    "estimator_options.pd_step": [Range(0, lo_open=True)],
+    "estimator_options.pd_p": [Range(0)],
+    "estimator_options.vec_dim": [Range(1)],
+    "estimator_options.vec_freeze": [Range(0)],
+    "estimator_options.vec_l2": [Range(0)],
+    "estimator_options.vec_base_hidden": [Each(Range(1))],
+}
+OFFLINE_TYPES = {"eval.binarize": Any, "train": TrainConfig, "train_overrides": Optional[Dict[str, Any]]}
+
+
+def _infer_type(value):
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int):
+        return int
+    if isinstance(value, float):
+        return float
+    if isinstance(value, str):
+        return str
+    if isinstance(value, (list, tuple)):
+        inner = {_infer_type(v) for v in value}
+        return List[inner.pop()] if len(inner) == 1 and None not in inner else List[Any]
+    return Any  # None: any value (the constraints check it)
+
+
+def _schema_from_defaults(name: str, defaults: dict, prefix: str = "") -> type:
+    fields = []
+    for key, value in defaults.items():
+        path = _join(prefix, key)
+        if path in OFFLINE_TYPES:
+            hint = OFFLINE_TYPES[path]
+        elif isinstance(value, dict):
+            hint = _schema_from_defaults(f"{name}_{key}", value, path)
+        else:
+            hint = _infer_type(value)
+            if value is None or path in ("seed", "trials", "progress"):
+                hint = Optional[hint] if hint is not Any else Any
+        checks = OFFLINE_CHECKS.get(path, [])
+        if path == "estimators":
+            from ltrjax.offline.estimators import ALL_ESTIMATORS
+
+            checks = [Each(OneOf(ALL_ESTIMATORS))]
+        if checks:
+            hint = Annotated[(hint, *checks)]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            field = dataclasses.field(default_factory=lambda h=hint, v=value: h(**v) if h is TrainConfig else h())
+        elif isinstance(value, (list, dict)):
+            field = dataclasses.field(default_factory=lambda v=value: type(v)(v))
+        else:
+            field = dataclasses.field(default=value)
+        fields.append((key, hint, field))
+    def post_init(self):
+        for key, checks in field_checks(type(self)).items():
+            check_value(key, getattr(self, key), checks)
+
+    return dataclasses.make_dataclass(name, fields, namespace={"__post_init__": post_init})
+
+
+@functools.lru_cache(maxsize=None)
+def offline_schema() -> type:
+    """The schema of ``experiment`` for ``kind: offline``, derived from ``ltrjax.offline.experiment.DEFAULTS``
+    (its keys, and the types of their defaults) with the constraints of ``OFFLINE_CHECKS``."""
+    from ltrjax.offline.experiment import DEFAULTS
+
+    schema = _schema_from_defaults("OfflineExperimentConfig", DEFAULTS)
+    _store("schema", "experiment_offline", schema)
+    return schema
+
+
+def check_offline_experiment(mapping) -> dict:
+    exp = typed(offline_schema(), mapping, "experiment", label="offline experiment")
+    values = dataclasses.asdict(exp)
+    for name, fields in (values.get("train_overrides") or {}).items():
+        where = f"experiment.train_overrides.{name}"
+        from ltrjax.offline.estimators import ALL_ESTIMATORS
+
+        if name not in ALL_ESTIMATORS:
+            raise ConfigError(where, fields, f"expected an estimator name: one of {', '.join(ALL_ESTIMATORS)}")
+        try:
+            TrainConfig(**{**values["train"], **strict_fields(TrainConfig, fields, "train")})
+        except ConfigError as err:
+            raise err.within(where) from None
+    return values
+
+
+def override_key(text: str) -> str:
+    """The config key an override sets (``+sim.x=1`` -> ``sim.x``; ``+algorithm@algorithms.a=b`` -> ``algorithms.a``)."""
+    key = str(text).lstrip("+~").split("=", 1)[0]
+    return key.split("@", 1)[1] if "@" in key else key
+
+
+def _refuse_unused(kind: str, overrides, plain: dict) -> None:
+    for text in overrides or ():
+        key = override_key(text)
+        top = key.split(".", 1)[0]
+        if kind == "offline" and top in ONLINE_ONLY:
+            where = {"click_model": "its clicks come from experiment.click_model (e.g. experiment.click_model.kind="
+                                    "trust_bias)",
+                     "sim": "it logs experiment.n_sessions sessions of experiment.list_size results",
+                     "layout": "it pads evaluation lists into experiment.eval_buckets buckets",
+                     "algorithms": "it trains the estimators of experiment.estimators",
+                     "fit_overrides": "its estimators train with experiment.train and experiment.train_overrides",
+                     "population": "it runs no populations"}[top]
+            raise ConfigError(key, text, f"experiment=offline does not read {top} ({where}); leave it out",
+                              show_value=False)
+        if kind != "offline" and top == "click_log" and plain.get("click_log") is not None:
+            raise ConfigError("click_log", plain.get("click_log"),
+                              "only experiment=offline trains from a click log; the online experiments simulate "
+                              "their own clicks (save_click_logs=true writes them)")
+
+
+def _check_keys_exist(where: str, names, algorithms: dict) -> None:
+    for name in names or ():
+        if name not in algorithms:
+            raise ConfigError(where, list(names), f"expected algorithm keys of this run: {', '.join(algorithms)}")
+
+
+def _warn_tuned(overrides, algorithms: dict, tune_on: bool) -> None:
+    if not tune_on:
+        return
+    for text in overrides or ():
+        parts = override_key(text).split(".")
+        if len(parts) == 3 and parts[0] == "algorithms" and parts[1] in algorithms:
+            tune = algorithms[parts[1]].get("tune") or {}
+            if parts[2] in tune:
+                log.warning("%s: the tune grid algorithms.%s.tune.%s %s replaces this value, since experiment.tune "
+                            "is true; set experiment.tune=false to run this value alone", text, parts[1], parts[2],
+                            tune[parts[2]])
+
+
+# --------------------------------------------------------------------------- the whole config
+def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
+    """The fully resolved config of a run, checked before any data is loaded.
+
+    ``cfg`` is the composed config (``python -m ltrjax.run``'s, or ``hydra.compose``'s); ``overrides`` the
+    command-line overrides (to refuse groups the experiment does not read and to warn about values a tune grid
+    replaces); ``cwd`` the directory relative data paths are taken from. The result has every schema default filled
+    in, the dataset included (``conf/dataset/synthetic.yaml`` without ``+dataset``), each algorithm's ``fit`` with
+    ``fit_overrides`` applied, and — for ``experiment=offline`` — none of the online blocks. Raises ``ConfigError``.
+    """
+    if isinstance(cfg, DictConfig):
+        try:
+            plain = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as err:
+            key = getattr(err, "full_key", "") or ""
+            raise ConfigError(str(key), None, f"cannot be resolved: {str(err).splitlines()[0]}",
+                              show_value=False) from None
+    else:
+        plain = dict(cfg)
+    plain.pop("hydra", None)
+    experiment = plain.get("experiment")
+    if not isinstance(experiment, dict):
+        raise ConfigError("experiment", experiment, "expected an experiment config (experiment=online, online_table, "
+                          "ucbrank_table or offline)")
+    kind = experiment.get("kind")
+    if kind not in KINDS:
+        raise ConfigError("experiment.kind", kind, f"expected one of {', '.join(KINDS)}")
+    known = [f.name for f in dataclasses.fields(RunConfig)] + list(SEPARATE_BLOCKS)
+    for key in plain:
+        if key not in known:
+            raise unknown_key(key, plain[key], known, "the configuration (conf/config.yaml)")
+    _refuse_unused(kind, overrides, plain)
+    top = typed(RunConfig, {k: v for k, v in plain.items() if k not in SEPARATE_BLOCKS}, "", label="run")
+    out = dataclasses.asdict(top)
+    if kind == "offline":
+        out["experiment"] = check_offline_experiment(experiment)
+        for key in ONLINE_ONLY:
+            out.pop(key, None)
+    else:
+        if out["click_log"] is not None:
+            raise ConfigError("click_log", out["click_log"], "only experiment=offline trains from a click log; "
+                              "the online experiments simulate their own clicks")
+        schema = OnlineExperimentConfig if kind == "online" else OnlineTableExperimentConfig
+        out["experiment"] = dataclasses.asdict(typed(schema, experiment, "experiment", label=f"{kind} experiment"))
+        out["click_model"] = check_click_model(plain.get("click_model"))
+        if out["click_model"]["kind"] == "tiangong" and out["sim"]["top_k"] > 10:
+            raise ConfigError("sim.top_k", out["sim"]["top_k"], "expected at most 10 with click_model=tiangong "
+                              "(its click matrix has 10 positions)")
+        fit_overrides = check_fit_overrides(plain.get("fit_overrides"))
+        algorithms = plain.get("algorithms") or {}
+        if not isinstance(algorithms, dict) or not algorithms:
+            raise ConfigError("algorithms", algorithms, "expected at least one algorithm (conf/algorithm/*.yaml)")
+        out["fit_overrides"] = fit_overrides
+        out["algorithms"] = {k: resolve_algorithm(k, v, fit_overrides) for k, v in algorithms.items()}
+        ecfg = out["experiment"]
+        _check_keys_exist("experiment.only", ecfg.get("only"), algorithms)
+        _check_keys_exist("experiment.click_rate_algorithms", ecfg.get("click_rate_algorithms"), algorithms)
+        if ecfg.get("objective") is not None:
+            _check_keys_exist("experiment.objective", [ecfg["objective"]], algorithms)
+        _warn_tuned(overrides, out["algorithms"], ecfg["tune"])
+    out["dataset"] = check_dataset(plain.get("dataset"), cwd)
+    return OmegaConf.create(out)
+
+
+RESOLVED_CONFIG = "resolved_config.yaml"
+
+
+def write_resolved_config(cfg, out_dir) -> pathlib.Path:
+    """Record the config a run actually uses (``validate``'s result) as ``OUT_DIR/resolved_config.yaml``."""
+    path = pathlib.Path(out_dir) / RESOLVED_CONFIG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(OmegaConf.to_yaml(cfg))
+    return path
+
+
+# --------------------------------------------------------------------------- Hydra's ConfigStore
+def _store(group: str, name: str, node) -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group=group, name=name, node=node)
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore (group ``schema``), so that a config of your own can extend them
+    (``defaults: [/schema/sim@sim, _self_]``). The offline experiment's and each policy's (``schema/algorithm/CLASS``)
+    are stored when first built (``offline_schema``, ``algorithm_schema``)."""
+    for name, node in (("run", RunConfig), ("sim", SimConfig), ("click_model", ClickModelConfig),
+                       ("dataset", DatasetConfig), ("dataset_synthetic", synthetic_schema()), ("fit", FitConfig),
+                       ("population", PopulationConfig), ("layout", LayoutConfig), ("train", TrainConfig),
+                       ("experiment_online", OnlineExperimentConfig),
+                       ("experiment_online_table", OnlineTableExperimentConfig)):
+        _store("schema", name, node)
+
+
+register_configs()
