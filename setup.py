@@ -7,9 +7,10 @@ PACKAGE_DIR = {"ltrjax.conf": "conf"}
 
 
 def packages() -> list[str]:
-    """ltrjax and every folder below it (some have no __init__.py), and conf/ as ltrjax.conf."""
+    """ltrjax and every folder below it (some have no __init__.py), and conf/ and its folders as ltrjax.conf.*"""
     found = find_namespace_packages(include=["ltrjax", "ltrjax.*"])
-    return [*(p for p in found if "__pycache__" not in p), *PACKAGE_DIR]
+    conf = [f"ltrjax.conf.{p}" for p in find_namespace_packages(where="conf")]
+    return [p for p in (*found, "ltrjax.conf", *conf) if "__pycache__" not in p]
 
 
 if __name__ == "__main__":  # as setuptools' build backend runs it

@@ -1,7 +1,6 @@
 """Typed configuration (ltrjax.schema), the configs shipped as package data, and the BM25 fallback."""
 
 import dataclasses
-import glob
 import json
 import os
 import runpy
@@ -46,17 +45,18 @@ def test_configs_found_in_the_checkout():
 
 
 def test_package_data_covers_every_config():
-    """What the wheel gets: setup.py maps ltrjax.conf onto conf/, pyproject.toml's globs pick its YAML files."""
+    """What the wheel gets: setup.py maps ltrjax.conf onto conf/ (each folder a package), pyproject.toml's
+    package data takes every package's YAML files."""
     setup = runpy.run_path(str(REPO / "setup.py"), run_name="setup")
     assert setup["PACKAGE_DIR"] == {"ltrjax.conf": "conf"}
-    packages = setup["packages"]()
+    packages = set(setup["packages"]())
     folders = {p.parent for p in (REPO / "ltrjax").rglob("*.py") if "__pycache__" not in p.parts}
-    assert {".".join(f.relative_to(REPO).parts) for f in folders} <= set(packages)
-    assert "ltrjax.conf" in packages and (CONF / "__init__.py").is_file()
-    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ltrjax.conf"]
-    shipped = {f for pattern in patterns for f in glob.glob(pattern, root_dir=CONF, recursive=True)}
-    every = {str(p.relative_to(CONF)) for p in CONF.rglob("*.yaml")}
-    assert every and every <= shipped
+    assert {".".join(f.relative_to(REPO).parts) for f in folders} <= packages
+    assert (CONF / "__init__.py").is_file()
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["*"]
+    configs = list(CONF.rglob("*.yaml"))
+    assert configs and patterns == ["*.yaml"]
+    assert {".".join(("ltrjax", *p.parent.relative_to(REPO).parts)) for p in configs} <= packages
 
 
 @pytest.mark.slow
