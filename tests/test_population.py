@@ -96,9 +96,10 @@ def check_population(sim, policy, keys, hypers, solo, max_members=None):
             assert_same_member(got, want)
         except AssertionError as err:
             raise AssertionError(f"member {i} (max_members={max_members}) differs from its solo run") from err
-    chunk = max_members or len(keys)
-    assert population[0].timings["members"] == min(len(keys), chunk)
-    assert programs._cache_size() == before + (min(len(keys), chunk) != 1)
+    chunk = sim.chunk_size(len(keys), max_members)
+    assert chunk <= (max_members or len(keys))
+    assert population[0].timings["members"] == chunk
+    assert programs._cache_size() - before <= (chunk != 1)  # at most the chunk's own shape, never the short one
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +119,13 @@ def test_ebrank_population_equals_members(sim, ebrank):
 
 
 def test_ebrank_population_in_chunks_equals_members(sim, ebrank):
-    """At most 4 members at once: chunks of 4 (members of both trials) and 2."""
+    """At most 4 members at once: balanced chunks of 3 and 3 (members of both trials); 5 members at most 3 at
+    once: 3 and 2, the short one padded to 3."""
+    assert [sim.chunk_size(n, m) for n, m in ((6, 4), (5, 3), (21, 13), (26, 13), (7, None), (7, 1))] == \
+        [3, 3, 11, 13, 7, 1]
     check_population(sim, *ebrank, max_members=4)
+    policy, keys, hypers, solo = ebrank
+    check_population(sim, policy, keys[:5], hypers[:5], solo[:5], max_members=3)
 
 
 def test_pdgd_population_equals_members(sim):

@@ -390,9 +390,14 @@ class Simulator:
         return int(3 * (state + segment) + 64 * per_segment)
 
     def chunk_size(self, n_members: int, max_members: int | None = None) -> int:
+        """Members per compiled chunk: within the cap and the memory budget, and balanced, so the padded last
+        chunk wastes at most one member per chunk (21 members that fit 13 at a time run as 11 + 10, not 13 + 8
+        padded to 13)."""
         cap = max_members or self.max_members or n_members
         fits = max(1, self.memory_budget // max(self.member_bytes(), 1))
-        return int(max(1, min(n_members, cap, fits)))
+        most = int(max(1, min(n_members, cap, fits)))
+        n_chunks = -(-n_members // most)
+        return -(-n_members // n_chunks)
 
     # ------------------------------------------------------------------ running
     def run(self, policy: Policy, key: jax.Array, *, hyper=None, progress: bool = True,
