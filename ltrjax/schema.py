@@ -49,7 +49,7 @@ from ltrjax.online.simulator import RELEVANCE_MAPPINGS, SimConfig
 
 log = logging.getLogger("ltrjax")
 
-KINDS = ("online", "online_table", "offline")
+ONLINE_KINDS = ("online", "online_table")
 
 
 def conf_dir() -> pathlib.Path:
@@ -105,7 +105,7 @@ class EtaSweepConfig:
 class OnlineExperimentConfig:
     """``experiment`` of ``experiment=online`` (``ltrjax.runner.run_online``)."""
 
-    kind: Annotated[str, OneOf(KINDS)] = "online"
+    kind: Annotated[str, OneOf(ONLINE_KINDS)] = "online"
     tune: bool = True  # pick each algorithm's tune-grid value per trial on tune_split sessions
     tune_split: Annotated[str, OneOf(("train", "vali"))] = "vali"  # never the test split
     curve_points: PositiveInt = 100
@@ -119,7 +119,7 @@ class OnlineExperimentConfig:
 class OnlineTableExperimentConfig(OnlineExperimentConfig):
     """``experiment`` of the papers' tables (``experiment=online_table``, ``ucbrank_table``)."""
 
-    kind: Annotated[str, OneOf(KINDS)] = "online_table"
+    kind: Annotated[str, OneOf(ONLINE_KINDS)] = "online_table"
     title: str = "Online performance"
     alpha: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.05
     permutations: PositiveInt = 10_000
@@ -532,19 +532,23 @@ def _infer_type(value):
     return Any  # None: any value (the constraints check it)
 
 
-def _schema_from_defaults(name: str, defaults: dict, prefix: str = "") -> type:
+def _schema_from_defaults(name: str, defaults: dict, prefix: str = "", checks_by_key=None, types_by_key=None) -> type:
+    """A dataclass schema whose keys, defaults and types are those of ``defaults`` (nested mappings become nested
+    schemas, null any value), with the constraints ``checks_by_key`` and types ``types_by_key`` ({dotted key: ...})."""
+    checks_by_key = OFFLINE_CHECKS if checks_by_key is None else checks_by_key
+    types_by_key = OFFLINE_TYPES if types_by_key is None else types_by_key
     fields = []
     for key, value in defaults.items():
         path = _join(prefix, key)
-        if path in OFFLINE_TYPES:
-            hint = OFFLINE_TYPES[path]
+        if path in types_by_key:
+            hint = types_by_key[path]
         elif isinstance(value, dict):
-            hint = _schema_from_defaults(f"{name}_{key}", value, path)
+            hint = _schema_from_defaults(f"{name}_{key}", value, path, checks_by_key, types_by_key)
         else:
             hint = _infer_type(value)
             if value is None or path in ("seed", "trials", "progress"):
                 hint = Optional[hint] if hint is not Any else Any
-        checks = OFFLINE_CHECKS.get(path, [])
+        checks = checks_by_key.get(path, [])
         if path == "estimators":
             from ltrjax.offline.estimators import ALL_ESTIMATORS
 
@@ -592,6 +596,24 @@ def check_offline_experiment(mapping) -> dict:
     return values
 
 
+# experiment kinds that read none of the online blocks (ONLINE_ONLY): {kind: check of the experiment mapping}
+OFFLINE_KINDS: dict[str, Any] = {"offline": check_offline_experiment}
+
+
+def register_offline_kind(kind: str, defaults: dict, checks: dict | None = None, types: dict | None = None) -> None:
+    """Accept ``experiment.kind == kind`` for an experiment of the offline family: its ``experiment`` mapping is
+    checked against a schema derived from ``defaults`` (its keys and their types; ``checks``/``types``: {dotted key:
+    constraints / type}), and the online blocks are refused as for ``experiment=offline``."""
+    schema = _schema_from_defaults(f"{kind.title().replace('_', '')}ExperimentConfig", defaults, "", checks or {},
+                                   types or {})
+    _store("schema", f"experiment_{kind}", schema)
+    OFFLINE_KINDS[kind] = lambda mapping: dataclasses.asdict(typed(schema, mapping, "experiment", label=kind))
+
+
+def experiment_kinds() -> tuple[str, ...]:
+    return (*ONLINE_KINDS, *OFFLINE_KINDS)
+
+
 def override_key(text: str) -> str:
     """The config key an override sets (``+sim.x=1`` -> ``sim.x``; ``+algorithm@algorithms.a=b`` -> ``algorithms.a``)."""
     key = str(text).lstrip("+~").split("=", 1)[0]
@@ -602,17 +624,17 @@ def _refuse_unused(kind: str, overrides, plain: dict) -> None:
     for text in overrides or ():
         key = override_key(text)
         top = key.split(".", 1)[0]
-        if kind == "offline" and top in ONLINE_ONLY:
+        if kind in OFFLINE_KINDS and top in ONLINE_ONLY:
             where = {"click_model": "its clicks come from experiment.click_model (e.g. experiment.click_model.kind="
                                     "trust_bias)",
                      "sim": "it logs experiment.n_sessions sessions of experiment.list_size results",
                      "layout": "it pads evaluation lists into experiment.eval_buckets buckets",
                      "algorithms": "it trains the estimators of experiment.estimators",
                      "fit_overrides": "its estimators train with experiment.train and experiment.train_overrides",
-                     "population": "it runs no populations"}[top]
-            raise ConfigError(key, text, f"experiment=offline does not read {top} ({where}); leave it out",
+                     "population": "it runs no populations"}[top] if kind == "offline" else "an offline experiment"
+            raise ConfigError(key, text, f"experiment={kind} does not read {top} ({where}); leave it out",
                               show_value=False)
-        if kind != "offline" and top == "click_log" and plain.get("click_log") is not None:
+        if kind in ONLINE_KINDS and top == "click_log" and plain.get("click_log") is not None:
             raise ConfigError("click_log", plain.get("click_log"),
                               "only experiment=offline trains from a click log; the online experiments simulate "
                               "their own clicks (save_click_logs=true writes them)")
@@ -662,8 +684,8 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
         raise ConfigError("experiment", experiment, "expected an experiment config (experiment=online, online_table, "
                           "ucbrank_table or offline)")
     kind = experiment.get("kind")
-    if kind not in KINDS:
-        raise ConfigError("experiment.kind", kind, f"expected one of {', '.join(KINDS)}")
+    if kind not in experiment_kinds():
+        raise ConfigError("experiment.kind", kind, f"expected one of {', '.join(experiment_kinds())}")
     known = [f.name for f in dataclasses.fields(RunConfig)] + list(SEPARATE_BLOCKS)
     for key in plain:
         if key not in known:
@@ -671,8 +693,8 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
     _refuse_unused(kind, overrides, plain)
     top = typed(RunConfig, {k: v for k, v in plain.items() if k not in SEPARATE_BLOCKS}, "", label="run")
     out = dataclasses.asdict(top)
-    if kind == "offline":
-        out["experiment"] = check_offline_experiment(experiment)
+    if kind in OFFLINE_KINDS:
+        out["experiment"] = OFFLINE_KINDS[kind](experiment)
         for key in ONLINE_ONLY:
             out.pop(key, None)
     else:

@@ -286,3 +286,24 @@ def test_letor_folder_without_bm25_runs_the_default_command(tmp_path):
     assert results["warmup_sessions"] == 0
     resolved = OmegaConf.load(tmp_path / "out" / RESOLVED_CONFIG)
     assert resolved.dataset.path == str(folder) and "bm25" not in resolved.algorithms
+
+
+def test_an_offline_family_kind_can_be_registered():
+    from ltrjax.constraints import Range
+    from ltrjax.schema import OFFLINE_KINDS, register_offline_kind
+
+    register_offline_kind("probe_offline", {"kind": "probe_offline", "n_sessions": 10, "inner": {"mu": 0.1}},
+                          {"inner.mu": [Range(0, 1)]})
+
+    def config(experiment):
+        return {**OmegaConf.to_container(composed()), "experiment": experiment}
+
+    try:
+        cfg = validate(config({"kind": "probe_offline", "n_sessions": 5}))
+        assert cfg.experiment == {"kind": "probe_offline", "n_sessions": 5, "inner": {"mu": 0.1}} and "sim" not in cfg
+        with pytest.raises(ConfigError, match="experiment.inner.mu"):
+            validate(config({"kind": "probe_offline", "inner": {"mu": 2}}))
+        with pytest.raises(ConfigError, match="does not read sim"):
+            validate(config({"kind": "probe_offline"}), ["sim.top_k=3"])
+    finally:
+        OFFLINE_KINDS.pop("probe_offline")
