@@ -9,7 +9,7 @@ from typing import Annotated, Any, Mapping
 
 import numpy as np
 
-from ltrjax.constraints import ConfigError, NonNegativeInt, OneOf, PositiveInt, check_fields
+from ltrjax.constraints import ConfigError, NonNegativeInt, OneOf, PositiveInt, check_fields, unknown_key
 
 from .errors import DatasetNotFoundError
 from .letor import LetorFile, read_letor
@@ -86,7 +86,8 @@ def load_dataset(cfg: Mapping, *, seed: int = 0, cache_dir: str | None = None) -
 
 
 def dataset_config(cfg: Mapping) -> dict[str, Any]:
-    """A plain dict of a dataset config (OmegaConf or mapping) with defaults filled in."""
+    """A plain dict of a dataset config (OmegaConf or mapping) with defaults filled in; a key that neither
+    ``DatasetConfig`` nor (for synthetic data) ``SYNTHETIC_KEYS`` has is refused (``ConfigError``)."""
     try:
         from omegaconf import DictConfig, OmegaConf
 
@@ -94,6 +95,10 @@ def dataset_config(cfg: Mapping) -> dict[str, Any]:
             cfg = OmegaConf.to_container(cfg, resolve=True)
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
+    known = {*DEFAULTS, *(SYNTHETIC_KEYS if dict(cfg).get("kind") == "synthetic" else ())}
+    for key, value in dict(cfg).items():
+        if key not in known:
+            raise unknown_key(f"dataset.{key}", value, known, "dataset")
     merged = {**DEFAULTS, **dict(cfg)}
     for key, default in DEFAULTS.items():  # null means "default", except for fold (no folds)
         if merged[key] is None and key != "fold":
