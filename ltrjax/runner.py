@@ -149,7 +149,12 @@ def bm25_fallback(cfg: DictConfig, data) -> DictConfig:
 
     for field in ("only", "click_rate_algorithms"):
         if exp.get(field) is not None:
-            exp[field] = follow(exp[field])
+            kept = follow(exp[field])
+            if exp[field] and not kept:
+                raise ConfigError(f"experiment.{field}", exp[field], "names only BM25 rows, but the data has no BM25 "
+                                  "feature (dataset.bm25_feature is null); set dataset.warmup_feature=ID to rank by "
+                                  "another feature instead")
+            exp[field] = kept
     if exp.get("objective") in new_key:
         exp["objective"] = new_key[exp["objective"]]
     if isinstance(exp.get("eta_sweep"), dict) and exp["eta_sweep"].get("algorithms") is not None:

@@ -713,6 +713,12 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
             raise ConfigError("algorithms", algorithms, "expected at least one algorithm (conf/algorithm/*.yaml)")
         out["fit_overrides"] = fit_overrides
         out["algorithms"] = {k: resolve_algorithm(k, v, fit_overrides) for k, v in algorithms.items()}
+        if any(override_key(o).split(".", 1)[0] == "fit_overrides" for o in overrides or ()):
+            retrain = [k for k, a in out["algorithms"].items() if "fit" in a]
+            unused = [p for p in fit_overrides if not any(fnmatch.fnmatchcase(k, p) for k in retrain)]
+            if unused:
+                log.warning("fit_overrides %s match none of this run's retraining algorithms (%s): they change nothing",
+                            unused, ", ".join(retrain) or "none")
         ecfg = out["experiment"]
         _check_keys_exist("experiment.only", ecfg.get("only"), algorithms)
         _check_keys_exist("experiment.click_rate_algorithms", ecfg.get("click_rate_algorithms"), algorithms)

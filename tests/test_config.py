@@ -307,3 +307,19 @@ def test_an_offline_family_kind_can_be_registered():
             validate(config({"kind": "probe_offline"}), ["sim.top_k=3"])
     finally:
         OFFLINE_KINDS.pop("probe_offline")
+
+
+def test_fit_overrides_that_match_nothing_warn(caplog):
+    validate(composed("fit_overrides=large"), ["fit_overrides=large"])
+    assert "match none of this run's retraining algorithms" in caplog.text
+
+
+def test_only_bm25_rows_without_bm25_is_refused():
+    from ltrjax.data.layout import pad_and_bucket
+    from ltrjax.runner import bm25_fallback
+    from tests.toy_data import toy_queryset
+
+    qs = dataclasses.replace(toy_queryset(), bm25_column=-1)
+    overrides = ["+dataset=letor", "dataset.path=x", "+experiment.only=[bm25]"]
+    with pytest.raises(ConfigError, match="experiment.only"):
+        bm25_fallback(validate(composed(*overrides), overrides), pad_and_bucket(qs, 1))
