@@ -54,6 +54,10 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
 
         queryset = load_dataset(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir(cfg))
         return run_online(cfg, out_dir, queryset)
+    if kind == "offline_fidelity":  # Vectorization / PRS fidelity (README "Offline fidelity")
+        from ltrjax.offline.fidelity_experiment import run_fidelity
+
+        return run_fidelity(cfg, out_dir)
     from ltrjax.offline.experiment import run_offline
 
     return run_offline(cfg, out_dir)

@@ -1,0 +1,296 @@
+"""Offline fidelity checks of Vectorization (Chen et al. KDD'22) and PRS (Wang et al. SIGIR'20).
+
+Vectorization's premise (Eq. 2) is a vector-based examination hypothesis,
+P(click | x, k) = <r(x), o_k>, with r(x), o_k in R^d. This module builds clicks that follow such a
+model exactly, with d = 1, 2 or 3 and observation vectors that are not collinear, and the pieces
+needed to check what must then hold:
+
+* ``vector_eh(d)``: relevance vectors r(y) (rows, one per grade) and observation vectors o_k
+  (rows, one per position), and their click matrix M = R O^T (a ``matrix`` click model);
+* ``basis_queryset``: a small synthetic ``QuerySet`` whose features are noisy copies of several
+  nonlinear functions of the grade, so that even a linear ranker can represent every component of
+  r(y) (a one-dimensional latent, as in ``ltrjax.offline.toy``, would let a linear r(x) carry only
+  one direction and leave the o_k unidentifiable);
+* ``subspace_r2``: how much of one set of vectors lies in the span of another (recovery of the o_k
+  up to the invertible linear map r -> A r, o -> A^{-T} o that Eq. 2 leaves free);
+* ``paired_test``: one-sided paired t-test and sign count over seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy import stats
+
+from ltrjax.data.queryset import QuerySet, offsets_from_counts, random_split
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorEH:
+    """A vector examination hypothesis on grades 0..y_max and K positions (Vectorization Eq. 2)."""
+
+    relevance: np.ndarray  # [Y+1, d] r(y)
+    observation: np.ndarray  # [K, d] o_k
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """M[y, k] = <r(y), o_k>, the click probability of grade y at position k."""
+        return self.relevance @ self.observation.T
+
+    @property
+    def dim(self) -> int:
+        return int(self.relevance.shape[1])
+
+    def click_model(self, relevance: str = "linear") -> dict:
+        """A ``conf/click_model``-style mapping (kind ``matrix``); ``relevance`` is what Affine is told."""
+        return {"kind": "matrix", "matrix": self.matrix.tolist(), "relevance": relevance}
+
+
+def vector_eh(d: int, n_positions: int = 10, y_max: int = 4) -> VectorEH:
+    """Click models with a true d in {1, 2, 3}; every position ranks the grades the same way.
+
+    Components of r(y): g(y) = (2^y - 1)/(2^y_max - 1) (steep), y/y_max (gentle), 1 (a click that
+    ignores relevance). Observation vectors (k = 1..K): d = 2: (0.85/k, 0.3 (1 - e^{-(k-1)/2})), the
+    steep component decays, the gentle one grows from 0 with the position; d = 3: (0.6/k^1.5,
+    0.3 (1 - e^{-(k-1)/2}), 0.2 e^{-(k-1)/4}), plus a relevance-blind click that decays more slowly
+    than the steep one. The o_k are not collinear and no scalar theta_k fits M (M[y, k]/M[y, 1]
+    depends on y); the singular values of M are (1.88, 0.18) for d = 2 and (1.95, 0.13, 0.095) for d = 3.
+    d = 1 is a PBM, M = g(y) theta_k with theta_k = 0.9/k (scalar EH).
+    """
+    y = np.arange(y_max + 1, dtype=np.float64)
+    k = np.arange(1, n_positions + 1, dtype=np.float64)
+    steep, gentle, const = (2.0**y - 1) / (2.0**y_max - 1), y / y_max, np.ones_like(y)
+    grow = 1.0 - np.exp(-(k - 1) / 2.0)
+    if d == 1:
+        r, o = steep[:, None], (0.9 / k)[:, None]
+    elif d == 2:
+        r, o = np.stack([steep, gentle], 1), np.stack([0.85 / k, 0.3 * grow], 1)
+    elif d == 3:
+        r, o = np.stack([steep, gentle, const], 1), np.stack([0.6 / k**1.5, 0.3 * grow, 0.2 * np.exp(-(k - 1) / 4.0)], 1)
+    else:
+        raise ValueError(f"vector_eh defines d in 1..3, got {d}")
+    return VectorEH(relevance=r, observation=o)
+
+
+def basis_queryset(n_queries: int = 300, copies: int = 2, noise_features: int = 4, noise: float = 0.35,
+                   docs=(8, 30), y_max: int = 4, seed: int = 0, label_probs=(0.5, 0.25, 0.13, 0.08, 0.04),
+                   name: str = "basis") -> QuerySet:
+    """Features = noisy copies of (g(y), y/y_max, 1[y>=1], 1[y>=3]) plus pure-noise columns.
+
+    ``noise`` is the standard deviation added to every copy; features are min-max scaled.
+    """
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(docs[0], docs[1] + 1, size=n_queries)
+    n = int(counts.sum())
+    p = np.asarray(label_probs[: y_max + 1], np.float64)
+    labels = rng.choice(y_max + 1, size=n, p=p / p.sum())
+    y = labels.astype(np.float64)
+    basis = np.stack([(2.0**y - 1) / (2.0**y_max - 1), y / y_max, (y >= 1) * 1.0, (y >= 3) * 1.0], 1)
+    feats = np.concatenate([np.repeat(basis, copies, axis=1) + noise * rng.normal(size=(n, 4 * copies)),
+                            rng.normal(size=(n, noise_features))], 1)
+    feats = (feats - feats.min(0)) / (np.ptp(feats, 0) + 1e-9)
+    f = feats.shape[1]
+    return QuerySet(name=name, features=feats.astype(np.float32), labels=labels.astype(np.int32),
+                    query_offsets=offsets_from_counts(counts), qids=np.arange(n_queries, dtype=np.int64),
+                    split=random_split(n_queries, seed), y_max=y_max, bm25_column=0,
+                    feature_ids=np.arange(1, f + 1, dtype=np.int32))
+
+
+def subspace_r2(a, b) -> float:
+    """1 - ||A - B X||^2 / ||A - mean(A)||^2 with X the least-squares map: the share of the rows of
+    ``a`` ([K, d]) explained by a linear map of the rows of ``b`` ([K, d'])."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    x, *_ = np.linalg.lstsq(b, a, rcond=None)
+    res = a - b @ x
+    return float(1.0 - np.sum(res**2) / max(np.sum((a - a.mean(0)) ** 2), 1e-12))
+
+
+def principal_cosines(a, b) -> np.ndarray:
+    """Cosines of the principal angles between the column spans of ``a`` ([K, d]) and ``b`` ([K, d']),
+    largest first. Invariant to invertible linear maps of either; the smallest is 1 iff span(a) lies in
+    span(b) (d <= d'), and 0 when a direction of span(a) is missing from span(b)."""
+    qa, _ = np.linalg.qr(np.asarray(a, np.float64))
+    qb, _ = np.linalg.qr(np.asarray(b, np.float64))
+    cos = np.linalg.svd(qa.T @ qb, compute_uv=False)
+    cos = np.concatenate([cos, np.zeros(qa.shape[1] - len(cos))])  # directions of a with no partner in b
+    return np.clip(cos, 0.0, 1.0)
+
+
+def paired_test(a, b) -> dict:
+    """One-sided paired t-test of mean(a - b) > 0 over seeds, with the sign count."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = a - b
+    if np.allclose(diff, diff[0]):
+        p = 0.0 if diff[0] > 0 else 1.0
+    else:
+        p = float(stats.ttest_rel(a, b, alternative="greater").pvalue)
+    return {"mean_diff": float(diff.mean()), "std_diff": float(diff.std(ddof=1)) if len(diff) > 1 else 0.0,
+            "wins": int(np.sum(diff > 0)), "n": int(len(diff)), "p_value": p}
+
+
+def equivalence_test(a, b, margin: float) -> dict:
+    """Paired two one-sided tests (TOST) of |mean(a - b)| < ``margin`` over seeds, with the plain
+    two-sided paired t-test. ``p_value`` is the TOST p (small: equivalent within the margin)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = a - b
+    n = len(diff)
+    sd = diff.std(ddof=1) if n > 1 else 0.0
+    se = max(sd / np.sqrt(max(n, 1)), 1e-12)
+    t_low, t_high = (diff.mean() + margin) / se, (diff.mean() - margin) / se
+    p_low, p_high = stats.t.sf(t_low, n - 1), stats.t.cdf(t_high, n - 1)
+    two_sided = float(stats.ttest_rel(a, b).pvalue) if sd > 0 else float(diff.mean() == 0)
+    return {"mean_diff": float(diff.mean()), "std_diff": float(sd), "n": int(n), "margin": float(margin),
+            "p_value": float(max(p_low, p_high)), "p_difference": two_sided}
+
+
+def vector_eh_config(model: VectorEH, n_sessions: int = 200_000, ranker: str = "linear", **over) -> dict:
+    """The offline experiment mapping for clicks from ``model``: the ULTRA listwise forms of naive and
+    IPS (as in the Vectorization paper's baselines), Vectorization with the model's true d."""
+    from ltrjax.offline.experiment import _merge
+
+    base = {"seed": 0, "trials": 1, "progress": False, "n_sessions": n_sessions, "list_size": 10,
+            "ranker": ranker, "click_model": model.click_model(), "eval": {"binarize": False},
+            "estimator_options": {"vec_dim": model.dim, "naive_form": "listwise", "ips_form": "listwise"},
+            "train_overrides": {"vectorization": {"eval_every": 50}}}
+    return _merge(base, over)
+
+
+def mean_observation_ndcg(trial, exp: dict, fr) -> float:
+    """Test NDCG@10 of a fitted Vectorization ranking by <r(x), mean_k o_k> instead of the base model's
+    precision-weighted base vector (Eq. 8): isolates the base-vector estimate from r and the o_k."""
+    import jax.numpy as jnp
+
+    from ltrjax.offline.estimators.base import Estimator
+    from ltrjax.offline.evaluate import make_evaluator
+    from ltrjax.offline.rankers import make_scorer
+
+    d = int(exp["estimator_options"]["vec_dim"])
+    scorer = make_scorer(exp["ranker"], d, tuple(exp["hidden"]))
+    b = jnp.mean(fr.params["observation"], axis=0)
+
+    def score(params, state, features, mask):
+        return jnp.sum(scorer.apply(params["ranker"], features) * b, axis=-1)
+
+    est = Estimator(f"vectorization_mean_o_{d}_{exp['ranker']}", None, None, score)
+    return float(make_evaluator(est, trial.test)(fr.params, fr.state)["ndcg@10"])
+
+
+def compare(qs, cfg: dict, seeds, estimators, log=None) -> dict:
+    """Test NDCG@10 of every estimator per seed ({name: [per seed]}) and Vectorization's learned o_k.
+
+    Each seed prepares its own trial (split-internal production ranker and logged lists) and logs its
+    own sessions; estimators share a seed's data, so differences are paired.
+    """
+    from ltrjax.offline import experiment as E
+
+    exp = E.experiment_config({**cfg, "estimators": list(estimators)})
+    out = {e: [] for e in estimators}
+    out["observation"] = []
+    for s in seeds:
+        trial = E.prepare_trial(qs, exp, int(s))
+        fits = {}
+        res = E.run_setting(trial, exp, log=lambda *a: None, on_fit=lambda n, est, fr: fits.__setitem__(n, fr))
+        for e in estimators:
+            out[e].append(float(res[e]["ndcg@10"]))
+        if "vectorization" in fits:
+            fr = fits["vectorization"]
+            out["observation"].append(np.asarray(fr.params["observation"]).tolist())
+            out.setdefault("vectorization_mean_o", []).append(mean_observation_ndcg(trial, exp, fr))
+        if log:
+            log(f"seed {s}: " + " ".join(f"{e}={res[e]['ndcg@10']:.4f}" for e in estimators))
+    return out
+
+
+SCALAR = ("naive", "ips", "dla", "regression_em", "affine")
+
+
+def trust_bias_config(n_sessions: int = 200_000, ranker: str = "linear", **over) -> dict:
+    """Graded trust bias as in the Vectorization paper (Eq. 12-13): Joachims theta, eps+ = 1 - (k+1)/100,
+    eps- = 0.65/k, gamma_y = (2^(y-1) - 1)/(2^(y_max-1) - 1); a 2-dimensional vector EH."""
+    from ltrjax.offline.experiment import _merge
+
+    base = vector_eh_config(vector_eh(2), n_sessions, ranker)
+    base["click_model"] = {"kind": "trust_bias", "examination": "joachims", "eta": 1.0, "relevance": "vectorization",
+                           "noise": 0.0}
+    return _merge(base, over)
+
+
+def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: float = 0.01, old_schedule=(3,),
+                     log=None, over=None, pbm: bool = True, trust: bool = True) -> dict:
+    """The vector-EH checks of issue 11 on ``qs`` (paired over ``seeds``), as claims and raw per-seed figures.
+
+    * d in ``dims``: Vectorization (true d) against every scalar estimator and Affine (one-sided paired t);
+      the old schedule (``vec_joint_steps`` 200) against the new; recovery of the o_k (``subspace_r2``);
+    * d = 1 on PBM clicks (scalar EH): Vectorization against DLA within ``margin`` (TOST);
+    * trust bias: Vectorization (d = 2) against Affine within ``margin`` (TOST).
+    """
+    from ltrjax.offline.experiment import _merge
+
+    over = over or {}
+    claims, raw = [], {}
+    for d in dims:
+        model = vector_eh(d)
+        cfg = vector_eh_config(model, n_sessions, **over)
+        res = compare(qs, cfg, seeds, ("vectorization",) + SCALAR, log=log)
+        rec = [subspace_r2(model.observation, np.asarray(o)) for o in res["observation"]]
+        cos = [float(principal_cosines(model.observation, np.asarray(o))[-1]) for o in res["observation"]]
+        raw[f"vector_eh_d{d}"] = {**res, "recovery_r2": rec, "recovery_min_cosine": cos}
+        for ref in SCALAR:
+            t = paired_test(res["vectorization"], res[ref])
+            claims.append({"paper": "Vectorization", "setting": f"vector EH d={d}",
+                           "claim": f"Vectorization (d={d}) > {ref} on NDCG@10", **t,
+                           "verdict": "holds" if t["p_value"] < 0.05 else "does not hold",
+                           "vectorization": float(np.mean(res["vectorization"])), ref: float(np.mean(res[ref]))})
+        t = equivalence_test(res["naive"], res["ips"], margin)  # is there anything for a better bias model to win?
+        claims.append({"paper": "Vectorization", "setting": f"vector EH d={d}", **t,
+                       "claim": f"(cause) naive = IPS within {margin} NDCG@10: the scalar bias models lose nothing here",
+                       "verdict": "holds" if t["p_value"] < 0.05 else "does not hold"})
+        t = paired_test(res["vectorization_mean_o"], res["vectorization"])
+        claims.append({"paper": "Vectorization", "setting": f"vector EH d={d}", **t,
+                       "claim": "(cause) ranking by <r(x), mean_k o_k> > by the base model's vector (Eq. 8)",
+                       "verdict": "holds" if t["p_value"] < 0.05 else "does not hold"})
+        rec_claim = {"paper": "Vectorization", "setting": f"vector EH d={d}", "recovery_r2": float(np.mean(rec)),
+                     "recovery_min_cosine": float(np.mean(cos)),
+                     "claim": "learned o_k recover the true o_k up to a linear map (smallest principal-angle cosine "
+                              "between the spans > 0.9 in every seed)",
+                     "verdict": "holds" if min(cos) > 0.9 else ("holds weakly" if np.mean(cos) > 0.7 else "does not hold")}
+        if d in old_schedule:
+            old = compare(qs, _merge(cfg, {"estimator_options": {"vec_joint_steps": 200}}), seeds,
+                          ("vectorization",), log=log)
+            rec_old = [subspace_r2(model.observation, np.asarray(o)) for o in old["observation"]]
+            cos_old = [float(principal_cosines(model.observation, np.asarray(o))[-1]) for o in old["observation"]]
+            raw[f"vector_eh_d{d}"].update(vectorization_old_schedule=old["vectorization"], recovery_r2_old_schedule=rec_old,
+                                          recovery_min_cosine_old_schedule=cos_old)
+            t = paired_test(res["vectorization"], old["vectorization"])
+            claims.append({"paper": "Vectorization", "setting": f"vector EH d={d}",
+                           "claim": "joint phase of 4000 steps > former 200 steps (schedule fix), NDCG@10", **t,
+                           "verdict": "holds" if t["p_value"] < 0.05 else "does not hold"})
+            rec_claim.update(recovery_r2_old_schedule=float(np.mean(rec_old)),
+                             recovery_min_cosine_old_schedule=float(np.mean(cos_old)),
+                             p_value=paired_test(cos, cos_old)["p_value"])
+        rec_claim.setdefault("p_value", None)
+        claims.append(rec_claim)
+    if pbm:
+        claims += _pbm_check(qs, seeds, n_sessions, margin, over, raw, log)
+    if trust:
+        claims += _trust_check(qs, seeds, n_sessions, margin, over, raw, log)
+    return {"claims": claims, "raw": raw}
+
+
+def _pbm_check(qs, seeds, n_sessions, margin, over, raw, log) -> list:
+    res = compare(qs, vector_eh_config(vector_eh(1), n_sessions, **over), seeds, ("vectorization", "dla"), log=log)
+    raw["pbm_d1"] = res
+    t = equivalence_test(res["vectorization"], res["dla"], margin)
+    return [{"paper": "Vectorization", "setting": "PBM (scalar EH), d=1",
+             "claim": f"Vectorization (d=1) = DLA within {margin} NDCG@10", **t,
+             "verdict": "holds" if t["p_value"] < 0.05 else "does not hold"}]
+
+
+def _trust_check(qs, seeds, n_sessions, margin, over, raw, log) -> list:
+    res = compare(qs, trust_bias_config(n_sessions, **over), seeds, ("vectorization", "affine", "ips", "naive"), log=log)
+    raw["trust_bias_d2"] = res
+    t = equivalence_test(res["vectorization"], res["affine"], margin)
+    return [{"paper": "Vectorization", "setting": "trust bias, d=2",
+             "claim": f"Vectorization (d=2) = Affine within {margin} NDCG@10", **t,
+             "verdict": "holds" if t["p_value"] < 0.05 else "does not hold"}]
