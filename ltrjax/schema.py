@@ -69,7 +69,7 @@ class PopulationConfig:
     """Members of one compiled population (``Simulator.run_population``)."""
 
     max_members: PositiveInt | None = None  # cap on members per compiled chunk (null: as many as fit)
-    memory_gb: Positive | None = None  # memory budget of one chunk (null: a quarter of the machine's memory)
+    memory_gb: Positive | None = None  # memory budget of one chunk (null: half the memory available after the data)
 
 
 @dataclasses.dataclass
