@@ -89,6 +89,9 @@ def _quiet(*a, **k):
 
 
 def _claim(paper, setting, claim, test, **extra) -> dict:
+    if "margin" in test:  # an equivalence (TOST) test
+        return {"paper": paper, "setting": setting, "claim": claim, **test, "verdict": F.equivalence_verdict(test),
+                **extra}
     holds = test["p_value"] is not None and test["p_value"] < 0.05
     weak = not holds and test.get("mean_diff", 0) > 0 and test["p_value"] is not None and test["p_value"] < 0.2
     return {"paper": paper, "setting": setting, "claim": claim, **test,

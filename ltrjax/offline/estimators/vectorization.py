@@ -35,20 +35,25 @@ def make(relevance_model, opts) -> Estimator:
     freeze = int(opts.get("vec_freeze", 500))
     joint = int(opts.get("vec_joint_steps", 4000))
     l2 = float(opts.get("vec_l2", 1e-3))
+    # diagnostics (README "Offline fidelity"): start the o_k at given vectors, and/or never train them
+    obs_init = opts.get("vec_observation_init")
+    train_obs = bool(opts.get("vec_train_observation", True))
     base = GaussianBaseModel(dim=dim, hidden=tuple(opts.get("vec_base_hidden", (256, 64))))
 
     def init(key, n_features, props):
         k = props.theta.shape[0]
         k1, k2 = jax.random.split(key)
         x = jnp.zeros((1, n_features), jnp.float32)
-        params = {"ranker": relevance_model.init(k1, x), "observation": jnp.ones((k, dim), jnp.float32),
+        obs = jnp.ones((k, dim), jnp.float32) if obs_init is None else jnp.asarray(obs_init, jnp.float32)[:k]
+        params = {"ranker": relevance_model.init(k1, x), "observation": obs,
                   "base": base.init(k2, x)}
         return params, {"step": jnp.int32(0), "props": props}
 
     def loss(params, state, batch, key):
         frozen = state["step"] < freeze
         r = relevance_model.apply(params["ranker"], batch.features)  # [B, K, d]
-        o = jnp.where(frozen, jax.lax.stop_gradient(params["observation"]), params["observation"])
+        o_frozen = frozen | (not train_obs)
+        o = jnp.where(o_frozen, jax.lax.stop_gradient(params["observation"]), params["observation"])
         z = jnp.sum(r * o, axis=-1)
         sup = weighted_softmax_ce(z, batch.clicks, batch.mask) / n_sessions(batch)
         mu, logvar = base.apply(params["base"], jax.lax.stop_gradient(batch.features))
