@@ -610,8 +610,25 @@ def register_offline_kind(kind: str, defaults: dict, checks: dict | None = None,
     OFFLINE_KINDS[kind] = lambda mapping: dataclasses.asdict(typed(schema, mapping, "experiment", label=kind))
 
 
+def _register_fidelity() -> None:
+    from ltrjax.offline.fidelity_experiment import FIDELITY_DEFAULTS, VEC_SETTINGS
+
+    register_offline_kind("offline_fidelity", FIDELITY_DEFAULTS, {
+        "seed": [Range(0)], "trials": [Range(1)], "n_sessions": [Range(1)], "list_size": [Range(1)],
+        "production_fraction": [Range(0, 1, lo_open=True)], "logging_chunk": [Range(1)], "hidden": [Each(Range(1))],
+        "max_docs": [Range(1)], "eval_buckets": [Range(1)], "margin": [Range(0)],
+        "vectorization.ranker": [OneOf(("linear", "mlp"))], "vectorization.dims": [Each(Range(1))],
+        "vectorization.settings": [Each(OneOf(VEC_SETTINGS))], "prs.ranker": [OneOf(("linear", "mlp"))],
+        "prs.noise": [Each(Range(0, 1))], "prs.assumed_eta": [Each(Range(0))], "vector_eh.seeds": [Range(0)],
+    }, {"train": TrainConfig, "estimator_options": Optional[Dict[str, Any]]})
+
+
+# kinds whose schema is registered on first use: {kind: registration}
+LAZY_OFFLINE_KINDS = {"offline_fidelity": _register_fidelity}
+
+
 def experiment_kinds() -> tuple[str, ...]:
-    return (*ONLINE_KINDS, *OFFLINE_KINDS)
+    return (*ONLINE_KINDS, *OFFLINE_KINDS, *(k for k in LAZY_OFFLINE_KINDS if k not in OFFLINE_KINDS))
 
 
 def override_key(text: str) -> str:
@@ -634,10 +651,9 @@ def _refuse_unused(kind: str, overrides, plain: dict) -> None:
                      "population": "it runs no populations"}[top] if kind == "offline" else "an offline experiment"
             raise ConfigError(key, text, f"experiment={kind} does not read {top} ({where}); leave it out",
                               show_value=False)
-        if kind in ONLINE_KINDS and top == "click_log" and plain.get("click_log") is not None:
+        if kind != "offline" and top == "click_log" and plain.get("click_log") is not None:
             raise ConfigError("click_log", plain.get("click_log"),
-                              "only experiment=offline trains from a click log; the online experiments simulate "
-                              "their own clicks (save_click_logs=true writes them)")
+                              f"only experiment=offline trains from a click log; experiment={kind} does not read it")
 
 
 def _check_keys_exist(where: str, names, algorithms: dict) -> None:
@@ -684,6 +700,8 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
         raise ConfigError("experiment", experiment, "expected an experiment config (experiment=online, online_table, "
                           "ucbrank_table or offline)")
     kind = experiment.get("kind")
+    if kind in LAZY_OFFLINE_KINDS and kind not in OFFLINE_KINDS:
+        LAZY_OFFLINE_KINDS[kind]()
     if kind not in experiment_kinds():
         raise ConfigError("experiment.kind", kind, f"expected one of {', '.join(experiment_kinds())}")
     known = [f.name for f in dataclasses.fields(RunConfig)] + list(SEPARATE_BLOCKS)

@@ -323,3 +323,9 @@ def test_only_bm25_rows_without_bm25_is_refused():
     overrides = ["+dataset=letor", "dataset.path=x", "+experiment.only=[bm25]"]
     with pytest.raises(ConfigError, match="experiment.only"):
         bm25_fallback(validate(composed(*overrides), overrides), pad_and_bucket(qs, 1))
+
+
+def test_offline_fidelity_is_checked_like_offline():
+    validate(composed("experiment=offline_fidelity"), ["experiment=offline_fidelity"])
+    assert refused("experiment=offline_fidelity", "experiment.prs.noise=[0.1,2]").key == "experiment.prs.noise"
+    assert "does not read click_model" in str(refused("experiment=offline_fidelity", "click_model=cascade"))
