@@ -195,7 +195,27 @@ def mean_observation_ndcg(trial, exp: dict, fr) -> float:
     return float(make_evaluator(est, trial.test)(fr.params, fr.state)["ndcg@10"])
 
 
-def compare(qs, cfg: dict, seeds, estimators, log=None) -> dict:
+def shuffled_positions(logged, copies: int, seed: int):
+    """``copies`` copies of every logged list, each with its displayed documents in a random order (padding
+    stays last): every document is then seen at several positions, so P(T | X) overlaps (Vectorization §4.3)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    mask = np.asarray(logged.mask)
+    q, k = mask.shape
+    idx = np.empty((copies * q, k), np.int64)
+    for c in range(copies):
+        for i in range(q):
+            n = int(mask[i].sum())
+            idx[c * q + i] = np.concatenate([rng.permutation(n), np.arange(n, k)])
+    rows = np.tile(np.arange(q), copies)
+    take = lambda a: jnp.asarray(np.take_along_axis(np.asarray(a)[rows], idx.reshape(idx.shape + (1,) * (np.asarray(a).ndim - 2)), axis=1))  # noqa: E731
+    return logged.replace(features=take(logged.features), labels=take(logged.labels), relevance=take(logged.relevance),
+                          mask=take(logged.mask), doc_index=take(logged.doc_index),
+                          query_index=jnp.asarray(np.asarray(logged.query_index)[rows]))
+
+
+def compare(qs, cfg: dict, seeds, estimators, log=None, shuffle_copies: int = 0) -> dict:
     """Test NDCG@10 of every estimator per seed ({name: [per seed]}) and Vectorization's learned o_k.
 
     Each seed prepares its own trial (split-internal production ranker and logged lists) and logs its
@@ -208,6 +228,8 @@ def compare(qs, cfg: dict, seeds, estimators, log=None) -> dict:
     out["observation"] = []
     for s in seeds:
         trial = E.prepare_trial(qs, exp, int(s))
+        if shuffle_copies:
+            trial.logged = shuffled_positions(trial.logged, shuffle_copies, int(s))
         fits = {}
         res = E.run_setting(trial, exp, log=lambda *a: None, on_fit=lambda n, est, fr: fits.__setitem__(n, fr))
         for e in estimators:
