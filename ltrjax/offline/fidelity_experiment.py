@@ -246,10 +246,11 @@ def plot(results: dict, out_dir: pathlib.Path) -> None:
             ds = [int(d) for d in row]
             m = [np.mean(v) for v in row.values()]
             s = [np.std(v) for v in row.values()]
-            ax.errorbar(ds, m, yerr=s, marker="o", capsize=3, label=f"Vectorization, {name}")
+            line = ax.errorbar(ds, m, yerr=s, marker="o", capsize=3, label=f"Vectorization, {name}")
             for ref, ls in (("affine", "--"), ("dla", ":")):
                 if ref in results["tables"].get(name, {}):
-                    ax.axhline(np.mean(results["tables"][name][ref]), ls=ls, lw=1, label=f"{ref}, {name}")
+                    ax.axhline(np.mean(results["tables"][name][ref]), ls=ls, lw=1, color=line[0].get_color(),
+                               label=f"{ref}, {name}")
         ax.set_xlabel("d")
         ax.set_ylabel("NDCG@10")
         ax.legend(fontsize=6)
