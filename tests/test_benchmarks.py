@@ -5,15 +5,14 @@ tests' persistent XLA cache of tests/conftest.py applies). The sweep runs before
 single-member programs have the same shapes, so the second finds them in that cache.
 """
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import jax
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.scripts import last_json, run_main
+
 CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
                  "jax_persistent_cache_min_entry_size_bytes")
 
@@ -25,29 +24,6 @@ def keep_jax_cache_options():
     yield
     for name, value in saved.items():
         jax.config.update(name, value)
-
-
-def load_script(relative: str):
-    path = REPO / relative
-    name = "script_" + path.stem
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_main(relative: str, argv: list[str], capsys):
-    """(return value of the script's ``main(argv)``, its stdout)."""
-    module = load_script(relative)
-    capsys.readouterr()
-    returned = module.main(argv)
-    return returned, capsys.readouterr().out
-
-
-def last_json(stdout: str) -> dict:
-    lines = [line for line in stdout.strip().splitlines() if line.strip()]
-    assert lines, "no output"
-    return json.loads(lines[-1])
 
 
 def positive(x) -> bool:

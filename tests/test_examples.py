@@ -3,29 +3,10 @@
 Run in this process through their ``main(argv)``, as tests/test_benchmarks.py runs the benchmarks.
 """
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def run_main(relative: str, argv: list[str], capsys):
-    """(return value of the script's ``main(argv)``, its stdout)."""
-    path = REPO / relative
-    spec = importlib.util.spec_from_file_location("example_" + path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    capsys.readouterr()
-    returned = module.main(argv)
-    return returned, capsys.readouterr().out
-
-
-def last_json(stdout: str) -> dict:
-    lines = [line for line in stdout.strip().splitlines() if line.strip()]
-    assert lines, "no output"
-    return json.loads(lines[-1])
+from tests.scripts import last_json, run_main
 
 
 def test_custom_policy_example(capsys):
