@@ -64,12 +64,8 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def experiment_config(cfg) -> dict:
-    """The experiment mapping (``cfg.experiment``) merged over ``DEFAULTS``, as plain dicts.
-
-    ``seed``, ``trials`` and ``progress`` left null in ``cfg.experiment`` come from the top level of
-    ``cfg`` (the project's ``conf/config.yaml``), else from ``DEFAULTS``.
-    """
+def plain_experiment(cfg) -> dict:
+    """``cfg.experiment`` (or ``cfg`` itself when it has none) as a plain, resolved dict."""
     exp = cfg.get("experiment", cfg) if hasattr(cfg, "get") else cfg
     try:
         from omegaconf import OmegaConf
@@ -78,7 +74,16 @@ def experiment_config(cfg) -> dict:
             exp = OmegaConf.to_container(exp, resolve=True)
     except ImportError:  # pragma: no cover
         pass
-    exp = {k: v for k, v in dict(exp or {}).items() if v is not None or k not in TOP_LEVEL}
+    return dict(exp or {})
+
+
+def experiment_config(cfg) -> dict:
+    """The experiment mapping (``cfg.experiment``) merged over ``DEFAULTS``, as plain dicts.
+
+    ``seed``, ``trials`` and ``progress`` left null in ``cfg.experiment`` come from the top level of
+    ``cfg`` (the project's ``conf/config.yaml``), else from ``DEFAULTS``.
+    """
+    exp = {k: v for k, v in plain_experiment(cfg).items() if v is not None or k not in TOP_LEVEL}
     top = {k: cfg.get(k) for k in TOP_LEVEL} if hasattr(cfg, "get") else {}
     defaults = _merge(DEFAULTS, {k: v for k, v in top.items() if v is not None})
     return _merge(defaults, exp)

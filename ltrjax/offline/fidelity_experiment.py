@@ -66,15 +66,7 @@ VEC_SETTINGS = {
 
 def fidelity_config(cfg) -> dict:
     """``cfg.experiment`` merged over ``FIDELITY_DEFAULTS`` (plain dicts)."""
-    exp = cfg.get("experiment", cfg) if hasattr(cfg, "get") else cfg
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(exp):
-            exp = OmegaConf.to_container(exp, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    exp = {k: v for k, v in dict(exp or {}).items() if v is not None}
+    exp = {k: v for k, v in E.plain_experiment(cfg).items() if v is not None}
     return E._merge(FIDELITY_DEFAULTS, exp)
 
 
