@@ -194,13 +194,18 @@ def _length(d: Mapping[str, np.ndarray]) -> int:
     return len(next(iter(d.values())))
 
 
+def subset_indices(n: int, limit: int | None, seed) -> np.ndarray | None:
+    """Sorted indices of at most ``limit`` of ``n`` examples, drawn uniformly without replacement; None
+    (keep all) when there are no more than ``limit``."""
+    if limit is None or n <= limit:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, int(limit), replace=False))
+
+
 def subsample(arrays: Mapping[str, np.ndarray], limit: int | None, seed) -> Mapping[str, np.ndarray]:
     """At most ``limit`` examples, drawn uniformly without replacement (kept in their order); all when fewer."""
-    n = _length(arrays)
-    if limit is None or n <= limit:
-        return arrays
-    keep = np.sort(np.random.default_rng(seed).choice(n, int(limit), replace=False))
-    return {k: v[keep] for k, v in arrays.items()}
+    keep = subset_indices(_length(arrays), limit, seed)
+    return arrays if keep is None else {k: v[keep] for k, v in arrays.items()}
 
 
 def key_seed(key: jax.Array) -> list[int]:

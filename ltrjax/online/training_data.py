@@ -11,7 +11,7 @@ import numpy as np
 
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.models.train import key_seed
+from ltrjax.models.train import key_seed, subset_indices
 from ltrjax.online.policies.base import member
 from ltrjax.online.state import DocCounters
 
@@ -20,19 +20,20 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
                       min_impressions: float, limit: int | None = None, seed=None) -> dict[str, np.ndarray]:
     """Features and counters of entered documents of ``split`` queries with n > min_impressions.
 
-    With ``limit``, at most that many of them, chosen before any feature is gathered and exactly as
-    ``ltrjax.models.train.subsample(collect_documents(...), limit, seed)`` would choose them.
+    With ``limit``, at most that many of them (``subset_indices``, as ``ltrjax.models.train.subsample``
+    chooses them from the full collection), chosen before any feature is gathered.
     """
     keeps = []
     for bucket, c, ent in zip(data.buckets, counters, entered):
         impressions = np.asarray(c.impressions)
         keep = (np.asarray(bucket.split)[:, None] == split) & np.asarray(ent) & (impressions > min_impressions)
         keeps.append(keep & np.asarray(bucket.doc_mask))
-    total = sum(int(k.sum()) for k in keeps)
-    if limit is not None and total > limit:
-        chosen = np.zeros(total, bool)
-        chosen[np.random.default_rng(seed).choice(total, int(limit), replace=False)] = True
-        offsets = np.cumsum([0] + [int(k.sum()) for k in keeps])
+    counts = [int(k.sum()) for k in keeps]
+    picked = subset_indices(sum(counts), limit, seed)
+    if picked is not None:
+        chosen = np.zeros(sum(counts), bool)
+        chosen[picked] = True
+        offsets = np.cumsum([0] + counts)
         for b, keep in enumerate(keeps):
             keep[keep] = chosen[offsets[b]:offsets[b + 1]]  # row-major order, as the concatenation below
     parts: dict[str, list[np.ndarray]] = {}
