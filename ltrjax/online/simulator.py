@@ -94,10 +94,7 @@ class SimConfig:
     @classmethod
     def from_mapping(cls, cfg) -> "SimConfig":
         """A SimConfig from a mapping (the ``sim`` block); a key it does not have is refused (``ConfigError``)."""
-        values = strict_fields(cls, cfg, "sim")
-        if "initial_docs" in values and isinstance(values["initial_docs"], (list, tuple)):
-            values["initial_docs"] = tuple(values["initial_docs"])
-        return cls(**values)
+        return cls(**strict_fields(cls, cfg, "sim"))  # __post_init__ makes initial_docs a tuple
 
     @property
     def n_segments(self) -> int:
