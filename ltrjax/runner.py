@@ -221,6 +221,23 @@ def choose(results: list[TrialResult], grid: list[dict], tune_split: str) -> tup
     return results[best], grid[best], scores
 
 
+def member_identity(key: str, acfg, fit_overrides, trial: int, values: dict) -> tuple:
+    """What determines one member's simulation: the policy class, its constructor options other than its
+    ``Hyper`` fields (which only set the default hyper-parameters), the member's hyper-parameters (float32,
+    as the simulator traces them) and its trial. Two rows' members with equal identities simulate the same
+    trial the same way (``ebrank_wo_explore`` is EBRank's epsilon=0 grid member), so the runner simulates
+    such a member once (``OnlineRun.run``). Options compare as written: an option set in one row and left
+    to its default in the other makes the identities differ (no sharing, never a wrong share)."""
+    cls, kwargs, _ = algorithm_options(key, acfg, fit_overrides)
+    hyper_fields = {f.name: f.default for f in dataclasses.fields(cls.Hyper)}
+    options = {k: v for k, v in kwargs.items() if k not in hyper_fields and k != "name"}
+    def traced(value):
+        return "unset" if value is dataclasses.MISSING else np.asarray(value, np.float32).tolist()
+
+    hyper = tuple((n, traced(values.get(n, kwargs.get(n, default)))) for n, default in sorted(hyper_fields.items()))
+    return f"{cls.__module__}.{cls.__qualname__}", repr(sorted(options.items())), hyper, int(trial)
+
+
 class OnlineRun:
     """Runs (or resumes) every algorithm x trial of one protocol into one output directory."""
 
@@ -250,8 +267,32 @@ class OnlineRun:
         return [t for t in range(self.trials)
                 if not (self.writer.has_trial(name, t) and self.units_path(name, t).exists())]
 
+    def _members(self, todo: dict) -> dict:
+        """Per row: its grid and each trial's member identities (``member_identity``)."""
+        overrides = self.cfg.get("fit_overrides")
+        plan = {}
+        for key, trials in todo.items():
+            acfg = self.algorithms[key]
+            _, _, tune = algorithm_options(key, acfg, overrides)
+            grid = tune_grid(tune if self.tune else None)
+            plan[key] = (grid, {t: [member_identity(key, acfg, overrides, t, v) for v in grid] for t in trials})
+        return plan
+
     def run(self) -> ResultsWriter:
+        """Every unfinished trial of every row, one population per row. A trial whose members all equal members
+        of an earlier row of this run (``member_identity``) reuses their results instead of simulating them
+        again; its record says so (``shared_with``)."""
         todo = {key: self.todo(key) for key in self.algorithms}
+        plan = self._members(todo)
+        wanted = {}  # identity -> the later rows that reuse it
+        for i, key in enumerate(todo):
+            for t, ids in plan[key][1].items():
+                for j in list(todo)[:i]:
+                    if t in plan[j][1] and all(m in plan[j][1][t] for m in ids):
+                        for m in ids:
+                            wanted.setdefault(m, set()).add(key)
+                        break
+        shared: dict = {}  # identity -> (row name, TrialResult), kept while a later row needs it
         bar = tqdm(total=sum(len(t) for t in todo.values()), desc=self.label, unit="trial",
                    disable=not self.progress)
         for key, trials in todo.items():
@@ -259,19 +300,35 @@ class OnlineRun:
                 continue
             acfg = self.algorithms[key]
             name = result_name(key, acfg)
-            policy, tune = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
-            grid = tune_grid(tune if self.tune else None)
-            keys = [trial_key(self.cfg, t) for t in trials for _ in grid]
+            policy, _ = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
+            grid, ids = plan[key]
+            reused = [t for t in trials if all(m in shared for m in ids[t])]
+            simulate = [t for t in trials if t not in reused]
+            keys = [trial_key(self.cfg, t) for t in simulate for _ in grid]
             tic = time.perf_counter()
-            results = self.sim.run_population(policy, keys, [values for _ in trials for values in grid],
-                                              progress=self.progress, keep_logs=self.save_click_logs)
+            results = self.sim.run_population(policy, keys, [values for _ in simulate for values in grid],
+                                              progress=self.progress, keep_logs=self.save_click_logs) if keys else []
             wall = time.perf_counter() - tic
-            for i, trial in enumerate(trials):
-                best, chosen, scores = choose(results[i * len(grid):(i + 1) * len(grid)], grid, self.tune_split)
+            by_trial = {t: results[i * len(grid):(i + 1) * len(grid)] for i, t in enumerate(simulate)}
+            by_trial.update({t: [shared[m][1] for m in ids[t]] for t in reused})
+            for t in simulate:
+                for m, r in zip(ids[t], by_trial[t]):
+                    if m in wanted:
+                        shared[m] = (name, r)
+            for trial in trials:
+                best, chosen, scores = choose(by_trial[trial], grid, self.tune_split)
                 record = trial_record(best, trial, chosen, self.n_points, scores if len(grid) > 1 else {})
-                record["wall_seconds"] = wall / len(trials)  # the population's wall time, shared by its trials
-                record["population"] = {"members": len(keys), "trials": len(trials), "grid": len(grid),
-                                        "wall_seconds": wall}
+                if trial in reused:
+                    lender = shared[ids[trial][0]][0]
+                    record["shared_with"] = lender
+                    record["wall_seconds"] = 0.0
+                    record["population"] = {"members": 0, "trials": 0, "grid": len(grid), "wall_seconds": 0.0}
+                    log.info("%s %-24s trial %d: the same members as %s's (same policy, options, hyper-parameters "
+                             "and trial): reused, not simulated again", self.label, name, trial, lender)
+                else:
+                    record["wall_seconds"] = wall / len(simulate)  # the population's wall time, shared by its trials
+                    record["population"] = {"members": len(keys), "trials": len(simulate), "grid": len(grid),
+                                            "wall_seconds": wall}
                 record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
                 record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
                 save_units(self.units_path(name, trial), self.sim, best)
@@ -281,8 +338,15 @@ class OnlineRun:
                 log.info("%s %-24s trial %d: Cum %.2f  Warm %.4f  Cold %.4f  %s", self.label, name, trial,
                          record["cum_ndcg"], record["warm_ndcg"], record["cold_ndcg"],
                          f"chosen {chosen}" if chosen else "")
-            log.info("%s %-24s %d trials x %d grid values = %d members in %.1f s", self.label, name, len(trials),
-                     len(grid), len(keys), wall)
+            if keys:
+                log.info("%s %-24s %d trials x %d grid values = %d members in %.1f s", self.label, name,
+                         len(simulate), len(grid), len(keys), wall)
+            for m in [m for t in trials for m in ids[t]]:  # drop what no later row needs
+                if m in wanted:
+                    wanted[m].discard(key)
+                    if not wanted[m]:
+                        shared.pop(m, None)
+                        del wanted[m]
         bar.close()
         return self.writer
 

@@ -121,3 +121,36 @@ def test_cum_units_sum_to_cum_ndcg():
     for x in nd:
         total = 0.995 * total + x
     assert stats.discounted_contributions(nd, 0.995).sum() == pytest.approx(total)
+
+
+def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch):
+    """ebrank_wo_explore is EBRank's epsilon=0 grid member (same class, options, trial keys): the runner simulates
+    it once and reuses it; the reused row equals that row run on its own, and a row whose options differ (beta)
+    is simulated."""
+    queryset = toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=2)
+    cfg = OmegaConf.merge(table_cfg, {"trials": 1})
+    OmegaConf.set_struct(cfg, False)
+    ebrank = cfg.algorithms.ebrank
+    cfg.algorithms = {"ebrank": ebrank, "ebrank_wo_explore": OmegaConf.merge(ebrank, {"epsilon": 0.0, "tune": None}),
+                      "ebrank_beta4": OmegaConf.merge(ebrank, {"epsilon": 0.0, "beta": 4.0, "tune": None})}
+    calls = []
+    original = Simulator.run_population
+    monkeypatch.setattr(Simulator, "run_population", lambda self, policy, keys, *a, **k: calls.append(
+        (policy.name, len(keys))) or original(self, policy, keys, *a, **k))
+    runner.run_online(cfg, tmp_path / "shared", queryset)
+    assert calls == [("ebrank", 2), ("ebrank_beta4", 1)]
+    rows = json.loads((tmp_path / "shared" / "results.json").read_text())["algorithms"]
+    shared = rows["ebrank_wo_explore"]["trials"][0]
+    assert shared["shared_with"] == "ebrank" and "shared_with" not in rows["ebrank_beta4"]["trials"][0]
+    grid_member = rows["ebrank"]["trials"][0]["tuning"]["epsilon=0.0"]
+    assert shared["cum_ndcg"] == grid_member["cum_ndcg"] and shared["warm_ndcg"] == grid_member["warm_ndcg"]
+    assert shared["cum_ndcg"] != rows["ebrank_beta4"]["trials"][0]["cum_ndcg"]
+
+    alone = OmegaConf.merge(cfg, {})
+    alone.algorithms = {"ebrank_wo_explore": cfg.algorithms.ebrank_wo_explore}
+    calls.clear()
+    runner.run_online(alone, tmp_path / "alone", queryset)
+    assert calls == [("ebrank_wo_explore", 1)]
+    own = json.loads((tmp_path / "alone" / "results.json").read_text())["algorithms"]["ebrank_wo_explore"]["trials"][0]
+    for metric in ("cum_ndcg", "warm_ndcg", "cold_ndcg"):  # a member of a population of 2 vs 1: float rounding
+        assert own[metric] == pytest.approx(shared[metric], abs=1e-4), metric
