@@ -146,3 +146,30 @@ def test_ucbrank_population_equals_members(sim):
     dropout_keys = {tuple(np.asarray(r.final_params["dropout_key"]).ravel().tolist()) for r in solo}
     assert len(dropout_keys) == 2  # members of one trial share the refresh keys, the two trials do not
     check_population(sim, policy, keys, hypers, solo)
+
+
+def test_test_only_history_equals_evaluating_every_split(sim, ebrank):
+    """The default ``history_splits=test`` evaluates only test queries at the intermediate points (a gathered
+    sub-bucket, ``step.evaluate_rows``): its test-split history equals evaluating every query, train/vali are
+    NaN there, and the last point (Warm/Cold NDCG, per-query values) covers every split as before."""
+    import dataclasses
+
+    policy, keys, hypers, _ = ebrank
+    every = Simulator(sim.data, sim.click_model, dataclasses.replace(CONFIG, history_splits="all"),
+                      warmup_policy=sim.warmup_policy)
+    assert CONFIG.history_splits == "test"
+    got = sim.run(policy, keys[0], hyper=hypers[0], progress=False)
+    want = every.run(policy, keys[0], hyper=hypers[0], progress=False)
+    assert got.cum_ndcg == want.cum_ndcg
+    for i, (a, b) in enumerate(zip(got.eval_history, want.eval_history)):
+        last = i == len(got.eval_history) - 1
+        for m in ("warm", "cold"):
+            assert a["test"][m] == pytest.approx(b["test"][m], rel=0, abs=1e-6)
+            for split in ("train", "vali"):
+                assert np.isfinite(b[split][m])
+                if last:
+                    assert a[split][m] == pytest.approx(b[split][m], rel=0, abs=1e-6)
+                else:
+                    assert np.isnan(a[split][m])
+    for m in ("warm", "cold"):
+        np.testing.assert_allclose(got.query_ndcg[m], want.query_ndcg[m], rtol=0, atol=1e-6)

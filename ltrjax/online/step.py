@@ -212,3 +212,12 @@ def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketSta
         ranking, slot_valid = metrics.top_k_ranking(scores, entered, protocol.top_k)
         out.append(metrics.ndcg_of_ranking(ranking, slot_valid, gains_e, idcg, protocol.discount))
     return out[0], out[1]
+
+
+def evaluate_rows(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg, rows):
+    """``evaluate_bucket`` of the bucket's queries ``rows`` only (e.g. the test split at intermediate points):
+    the bucket, the state (with its scratch row) and the per-query constants are gathered first."""
+    sub_bucket = jax.tree_util.tree_map(lambda a: a[rows], bucket)
+    with_scratch = jnp.concatenate([rows, jnp.full((1,), state.n_entered.shape[0] - 1, rows.dtype)])
+    sub_state = jax.tree_util.tree_map(lambda a: a[with_scratch], state)
+    return evaluate_bucket(policy, protocol, params, sub_state, sub_bucket, gains[rows], idcg[rows])
