@@ -92,6 +92,50 @@ def test_paired_and_equivalence_tests():
     assert F.equivalence_test(better + 0.02, base, 0.01)["p_value"] > 0.5
 
 
+def test_fit_selects_checkpoints_from_select_from_while_min_steps_only_delays_stopping():
+    """Regression (issue 11): Vectorization's forced 4500 steps (``min_steps``) made ``fit`` skip validation until
+    then, so its result was the last iterate, never a selected checkpoint, unlike every other estimator's."""
+    from ltrjax.offline.estimators.base import Estimator
+    from ltrjax.offline.train import TrainConfig, fit
+
+    def init(key, n_features, props):
+        return {"w": jnp.zeros(())}, {"step": jnp.int32(0)}
+
+    def loss(params, state, batch, key):
+        return jnp.sum(batch["x"]) * params["w"] ** 2, state
+
+    data = {"x": jnp.ones((4, 1))}
+    cfg = TrainConfig(batch_size=4, max_epochs=5, patience=2, eval_every=1)
+    for select_from, best_epoch in ((3, 5), (None, 20)):
+        scores = iter([0.1, 0.2, 0.9] + [0.3] * 100)  # validation peaks at the 3rd validated epoch
+        est = Estimator("stub", init, loss, None, min_steps=20, select_from=select_from)
+        fr = fit(est, data, jax.random.PRNGKey(0), 1, cfg, validate=lambda p, s: next(scores))
+        assert fr.history["epochs"] == 20  # one step per epoch: stopping waits for min_steps either way
+        assert fr.history["best_epoch"] == best_epoch
+
+
+def test_vectorization_selects_from_the_end_of_the_freeze():
+    from ltrjax.offline.estimators import make_estimator
+
+    est = make_estimator("vectorization", {"vec_dim": 3, "vec_freeze": 500, "vec_joint_steps": 4000})
+    assert (est.select_from, est.min_steps) == (500, 4500)
+
+
+def test_per_position_linear_click_functions_rank_differently_d3():
+    """The cause of Vectorization's loss on d = 3 vector-EH clicks with linear rankers (README 'Offline fidelity'),
+    measured on the population (Bayes posterior of basis_queryset(noise=1.0), no training): the true click rate
+    P(click | x, k) ranks documents as well as E[gain | x] at every position (Eq. 4 holds in feature space), and
+    log P(click | x, k) has rank 3 to within .02 in click rate (the softmax link is not the limit), but its best
+    linear fit in the features, what <r(x), o_k> can be with a linear r, ranks worse the lower the position."""
+    r = F.position_rankings(F.vector_eh(3), noise=1.0)
+    assert min(r["bayes_click"]) > r["bayes_gain"] - 0.03
+    assert r["log_rank_err"] < 0.02
+    lin = np.asarray(r["linear_log"])
+    assert lin[0] > r["linear_gain"] - 0.01  # the top position's fit ranks like the best linear scorer of the gain
+    # lower positions' fits, and their blend, do not
+    assert lin[-1] < lin[0] - 0.05 and np.mean(lin) < r["linear_gain"] - 0.03
+
+
 def test_offline_fidelity_smoke(tmp_path):
     path = REPO / "experiments" / "offline_fidelity.py"
     spec = importlib.util.spec_from_file_location("script_offline_fidelity", path)
@@ -153,8 +197,11 @@ def test_vectorization_recovers_observation_vectors_d3(checks):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=NOT_HOLD)
 def test_long_joint_phase_recovers_observation_vectors_better(checks):
-    """The schedule fix: 4000 joint steps (was 200) move the o_k toward the true span (paired over seeds)."""
+    """4000 joint steps (was 200) moved the final o_k toward the true span (cosine .21 -> .51, p = .03); since
+    Vectorization's checkpoint is selected on validation NDCG (from the end of the freeze), the selected o_k are
+    often early ones and the difference is no longer significant (.15 -> .22, p = .22)."""
     raw = checks["raw"]["vector_eh_d3"]
     assert F.paired_test(raw["recovery_min_cosine"], raw["recovery_min_cosine_old_schedule"])["p_value"] < 0.05
 

@@ -82,6 +82,25 @@ def vector_eh(d: int, n_positions: int = 10, y_max: int = 4) -> VectorEH:
     return VectorEH(relevance=r, observation=o)
 
 
+def _grade_basis(y, y_max: int) -> np.ndarray:
+    """(g(y), y/y_max, 1[y>=1], 1[y>=3]) for grades ``y``; [n, 4]."""
+    y = np.asarray(y, np.float64)
+    return np.stack([(2.0**y - 1) / (2.0**y_max - 1), y / y_max, (y >= 1) * 1.0, (y >= 3) * 1.0], 1)
+
+
+def _basis_draws(n_queries, copies, noise_features, noise, docs, y_max, seed, label_probs):
+    """(documents per query, labels, label prior, unscaled features) of ``basis_queryset``."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(docs[0], docs[1] + 1, size=n_queries)
+    n = int(counts.sum())
+    p = np.asarray(label_probs[: y_max + 1], np.float64)
+    p = p / p.sum()
+    labels = rng.choice(y_max + 1, size=n, p=p)
+    feats = np.concatenate([np.repeat(_grade_basis(labels, y_max), copies, axis=1)
+                            + noise * rng.normal(size=(n, 4 * copies)), rng.normal(size=(n, noise_features))], 1)
+    return counts, labels, p, feats
+
+
 def basis_queryset(n_queries: int = 300, copies: int = 2, noise_features: int = 4, noise: float = 0.35,
                    docs=(8, 30), y_max: int = 4, seed: int = 0, label_probs=(0.5, 0.25, 0.13, 0.08, 0.04),
                    name: str = "basis") -> QuerySet:
@@ -89,21 +108,80 @@ def basis_queryset(n_queries: int = 300, copies: int = 2, noise_features: int = 
 
     ``noise`` is the standard deviation added to every copy; features are min-max scaled.
     """
-    rng = np.random.default_rng(seed)
-    counts = rng.integers(docs[0], docs[1] + 1, size=n_queries)
-    n = int(counts.sum())
-    p = np.asarray(label_probs[: y_max + 1], np.float64)
-    labels = rng.choice(y_max + 1, size=n, p=p / p.sum())
-    y = labels.astype(np.float64)
-    basis = np.stack([(2.0**y - 1) / (2.0**y_max - 1), y / y_max, (y >= 1) * 1.0, (y >= 3) * 1.0], 1)
-    feats = np.concatenate([np.repeat(basis, copies, axis=1) + noise * rng.normal(size=(n, 4 * copies)),
-                            rng.normal(size=(n, noise_features))], 1)
+    counts, labels, _, feats = _basis_draws(n_queries, copies, noise_features, noise, docs, y_max, seed, label_probs)
     feats = (feats - feats.min(0)) / (np.ptp(feats, 0) + 1e-9)
     f = feats.shape[1]
     return QuerySet(name=name, features=feats.astype(np.float32), labels=labels.astype(np.int32),
                     query_offsets=offsets_from_counts(counts), qids=np.arange(n_queries, dtype=np.int64),
                     split=random_split(n_queries, seed), y_max=y_max, bm25_column=0,
                     feature_ids=np.arange(1, f + 1, dtype=np.int32))
+
+
+def basis_posterior(n_queries: int = 300, copies: int = 2, noise_features: int = 4, noise: float = 0.35,
+                    docs=(8, 30), y_max: int = 4, seed: int = 0,
+                    label_probs=(0.5, 0.25, 0.13, 0.08, 0.04)) -> np.ndarray:
+    """P(y | x) of every document of ``basis_queryset`` with the same arguments ([n, y_max + 1]), from the
+    generative model (Gaussian noise on the grade basis, the label prior); the min-max scaling of the
+    features is invertible per column, so the posterior is that of the scaled features too."""
+    from scipy.stats import norm
+
+    _, _, p, feats = _basis_draws(n_queries, copies, noise_features, noise, docs, y_max, seed, label_probs)
+    grid = np.repeat(_grade_basis(np.arange(y_max + 1), y_max), copies, axis=1)  # [Y+1, 4 copies]
+    ll = norm.logpdf(feats[:, None, : 4 * copies], grid[None], noise).sum(-1) + np.log(p)[None]
+    post = np.exp(ll - ll.max(1, keepdims=True))
+    return post / post.sum(1, keepdims=True)
+
+
+def query_ndcg10(scores, qs) -> float:
+    """Mean NDCG@10 (gain 2^y - 1) over the queries of ``qs`` with a relevant document, ranking by ``scores``
+    (one per document of ``qs``)."""
+    import jax.numpy as jnp
+
+    from ltrjax.metrics import exp_gain, log2_discount, ndcg_at_k
+
+    offsets = np.asarray(qs.query_offsets)
+    sizes = np.diff(offsets)
+    width = int(sizes.max())
+    slot = np.arange(width)[None, :]
+    mask = slot < sizes[:, None]
+    idx = np.where(mask, offsets[:-1, None] + slot, 0)
+    labels = np.where(mask, np.asarray(qs.labels)[idx], 0)
+    nd = np.asarray(ndcg_at_k(jnp.asarray(np.asarray(scores, np.float32)[idx]), exp_gain(jnp.asarray(labels)),
+                              jnp.asarray(mask), log2_discount(10)))
+    has = (labels > 0).any(1)
+    return float(nd[has].mean())
+
+
+def position_rankings(model: VectorEH, noise: float = 1.0, n_queries: int = 300, seed: int = 0) -> dict:
+    """What the click functions of ``model`` rank, in feature space, on ``basis_queryset(n_queries, noise=noise,
+    seed=seed)`` (population quantities: no clicks are drawn, nothing is trained), NDCG@10 per position k:
+
+    * ``bayes_gain``: ranking by E[2^y - 1 | x], the best any scorer can do;
+    * ``bayes_click``: by the true click rate P(click | x, k) = sum_y P(y | x) M[y, k] (Eq. 4 in feature space);
+    * ``log_rank_err``: largest click-rate error of the best rank-d fit of log P(click | x, k) over (x, k) (what
+      Eq. 9's softmax link must represent; the per-document rates, so with any r(x), not only a linear one);
+    * ``linear_log`` / ``linear_rate``: by the least-squares linear-in-features fit of log P(click | x, k) (the
+      softmax link's target with a linear r(x) and position k's o_k) / of P(click | x, k) itself;
+    * ``linear_gain``: by the least-squares linear fit of E[2^y - 1 | x].
+    """
+    qs = basis_queryset(n_queries=n_queries, noise=noise, seed=seed, y_max=model.relevance.shape[0] - 1)
+    post = basis_posterior(n_queries=n_queries, noise=noise, seed=seed, y_max=model.relevance.shape[0] - 1)
+    rate = post @ model.matrix  # [n, K]
+    gain = post @ (2.0 ** np.arange(post.shape[1]) - 1)
+    x = np.concatenate([qs.features, np.ones((len(rate), 1), np.float32)], 1).astype(np.float64)
+    fit = lambda t: x @ np.linalg.lstsq(x, t, rcond=None)[0]  # noqa: E731
+    log_rate = np.log(rate)
+    mean = log_rate.mean(0)
+    u, sv, vt = np.linalg.svd(log_rate - mean, full_matrices=False)
+    d = model.dim
+    low = (u[:, :d] * sv[:d]) @ vt[:d] + mean
+    lin_log, lin_rate = fit(log_rate), fit(rate)
+    k = rate.shape[1]
+    return {"bayes_gain": query_ndcg10(gain, qs), "linear_gain": query_ndcg10(fit(gain), qs),
+            "bayes_click": [query_ndcg10(rate[:, j], qs) for j in range(k)],
+            "log_rank_err": float(np.abs(np.exp(low) - rate).max()),
+            "linear_log": [query_ndcg10(lin_log[:, j], qs) for j in range(k)],
+            "linear_rate": [query_ndcg10(lin_rate[:, j], qs) for j in range(k)]}
 
 
 def subspace_r2(a, b) -> float:

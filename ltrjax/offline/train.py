@@ -4,7 +4,8 @@ An epoch is one jitted function: a random permutation of the training rows (logg
 queries) is cut into minibatches and ``lax.scan`` runs the optimizer over them; padded batch
 rows are zeroed so they contribute nothing. A host loop over jitted epochs evaluates the
 validation metric after each epoch and keeps the best parameters (early stopping with
-``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze phase).
+``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze and joint
+phases; ``Estimator.select_from`` is the step from which validation may already select a checkpoint).
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
     epoch, n_batches = make_epoch(estimator, cfg, n_rows)
     min_epochs = max(cfg.min_epochs, -(-estimator.min_steps // n_batches))
     max_epochs = max(cfg.max_epochs, min_epochs)
+    # first validated epoch: checkpoints are selected from here on, stopping waits for min_epochs
+    first = min_epochs if estimator.select_from is None else min(
+        max(cfg.min_epochs, -(-estimator.select_from // n_batches)), min_epochs)
     best = (-float("inf"), params, state, 0)
     history = {"loss": [], "vali": [], "n_batches": n_batches}
     bad = 0
@@ -132,17 +136,17 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         if validate is None:
             best = (0.0, params, state, ep + 1)
             continue
-        if ep + 1 < min_epochs:  # forced phase (e.g. Vectorization's frozen observations)
+        if ep + 1 < first:  # not validated (e.g. Vectorization's frozen observations)
             continue
-        if (ep + 1 - min_epochs) % max(cfg.eval_every, 1) and ep + 1 < max_epochs:
+        if (ep + 1 - first) % max(cfg.eval_every, 1) and ep + 1 < max_epochs:
             continue
         v = float(validate(params, state))
         history["vali"].append(v)
-        if ep + 1 == min_epochs or v > best[0]:
+        if ep + 1 == first or v > best[0]:
             best, bad = (v, params, state, ep + 1), 0
         else:
             bad += max(cfg.eval_every, 1)
-            if bad >= cfg.patience:
+            if bad >= cfg.patience and ep + 1 >= min_epochs:  # forced phase: validated, never stopped
                 break
     history.update(best_vali=best[0], best_epoch=best[3], epochs=len(history["loss"]),
                    seconds=time.perf_counter() - t0)

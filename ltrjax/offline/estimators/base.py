@@ -66,6 +66,10 @@ class Estimator:
     score: Callable[..., Any]
     kind: str = "clicks"  # "clicks" (ClickBatch) or "labeled" (LabeledBatch)
     min_steps: int = 0  # training steps before early stopping may end training
+    # training steps before validation may select a checkpoint (None: ``min_steps``). Vectorization
+    # validates from the end of its freeze, as ULTRA checkpoints every method from the start: with
+    # selection only from ``min_steps`` on, its result was the iterate at ``min_steps``, never selected
+    select_from: int | None = None
 
 
 # --------------------------------------------------------------------------- shared pieces
