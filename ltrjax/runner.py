@@ -326,7 +326,7 @@ class OnlineRun:
                     log.info("%s %-24s trial %d: the same members as %s's (same policy, options, hyper-parameters "
                              "and trial): reused, not simulated again", self.label, name, trial, lender)
                 else:
-                    record["wall_seconds"] = wall / len(simulate)  # the population's wall time, shared by its trials
+                    record["wall_seconds"] = wall / len(simulate)  # the population's wall time, shared by trials
                     record["population"] = {"members": len(keys), "trials": len(simulate), "grid": len(grid),
                                             "wall_seconds": wall}
                 record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)

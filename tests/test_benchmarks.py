@@ -135,3 +135,22 @@ def test_compare_runs_smoke(capsys):
         assert 0.0 < cell["p_value"] <= 1.0
         assert cell["mean_difference"] == pytest.approx(cell["B"]["mean"] - cell["A"]["mean"])
     assert "| ebrank | Warm-NDCG@5 |" in out
+
+
+@pytest.mark.parametrize("probes", [
+    ("position_rankings", "convergence", "linear", "oracle_o"),
+    pytest.param(("oracle_features", "mlp"), marks=pytest.mark.slow),  # thin wrappers of compare(): ~30 s more
+])
+def test_fidelity_probes_smoke(tmp_path, capsys, probes):
+    """experiments/fidelity_probes.py (the issue-11 probes behind README "Offline fidelity") at toy size."""
+    returned, _ = run_main("experiments/fidelity_probes.py", ["--smoke", str(tmp_path), *probes], capsys)
+    assert set(returned) == set(probes)
+    for name, res in returned.items():
+        assert (tmp_path / f"{name}.json").exists()
+        assert res["sizes"]["queries"] == 40
+    for res in returned.values():
+        if isinstance(res.get("vectorization"), list):
+            assert len(res["vectorization"]) == 1 and 0.0 <= res["vectorization"][0] <= 1.0  # one seed
+    if "convergence" in returned:
+        assert all(0.0 <= v <= 1.0 for v in returned["convergence"]["dla"]["final"])
+        assert 0.0 < returned["position_rankings"]["d3"]["bayes_gain"] <= 1.0

@@ -1,6 +1,8 @@
 """Probes of why Vectorization loses on d = 3 vector-EH clicks (issue 11; README "Offline fidelity").
 
-    python docs/results/fidelity_vector_eh/probes_issue11.py OUT_DIR [probe ...]
+    python experiments/fidelity_probes.py OUT_DIR [probe ...]      # the committed figures (docs/results/
+                                                                    # fidelity_vector_eh/probes/; ~1 h on one core)
+    python experiments/fidelity_probes.py --smoke OUT_DIR            # every probe at toy size (seconds): for tests
 
 probes (default: all), each writing OUT_DIR/<probe>.json with per-seed figures:
 
@@ -18,12 +20,10 @@ Every Vectorization fit also reports the test NDCG@10 of ranking by <r(x), o_k> 
 <r(x), b*>, b* the least-squares fit of the test gains on r(x) (the best its embedding can rank linearly).
 """
 
-from __future__ import annotations
 
 import dataclasses
 import json
 import pathlib
-import sys
 import time
 
 import jax
@@ -41,6 +41,31 @@ from ltrjax.offline.rankers import make_scorer
 from ltrjax.offline.train import TrainConfig, fit
 
 NOISE = 1.0  # as the checks (tests/test_fidelity.py `checks`)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The probes' sizes: the committed runs' defaults, or ``SMOKE``."""
+
+    queries: int = 300
+    sessions: int = 200_000
+    seeds: int = 5  # at most this many seeds per probe (each probe's own count otherwise)
+    epochs: int = 1500  # convergence: epochs trained without early stopping
+    every: int = 25  # convergence: validate every this many epochs
+    vec_steps: tuple[int, int] | None = None  # Vectorization's (freeze, joint steps); None: the experiment's
+    scalar: tuple[str, ...] = F.SCALAR  # the scalar-EH estimators compared
+
+
+SMOKE = Sizes(queries=40, sessions=2_000, seeds=1, epochs=4, every=2, vec_steps=(2, 2), scalar=("dla",))
+
+
+def sized(cfg: dict, size: Sizes) -> dict:
+    """An experiment config at ``size`` (Vectorization's schedule shortened for the smoke size)."""
+    if size.vec_steps is None:
+        return cfg
+    freeze, joint = size.vec_steps
+    return _merge(cfg, {"estimator_options": {"vec_freeze": freeze, "vec_joint_steps": joint},
+                        "train": {"max_epochs": size.epochs}})
 
 
 def vec_diag(trial, exp, fr) -> dict:
@@ -84,14 +109,16 @@ def compare(qs, cfg, seeds, estimators) -> dict:
     return out
 
 
-def position_rankings() -> dict:
+def position_rankings(size: Sizes) -> dict:
     return {f"d{d}": F.position_rankings(F.vector_eh(d), noise=NOISE) for d in (3, 2)}
 
 
-def convergence(seeds=range(5), epochs=1500, every=25) -> dict:
-    names = ("vectorization", "naive", "ips", "dla", "regression_em", "affine", "labeled")
-    qs = F.basis_queryset(n_queries=300, noise=NOISE)
-    exp = E.experiment_config({**F.vector_eh_config(F.vector_eh(3), 200_000), "estimators": list(names)})
+def convergence(size: Sizes, n_seeds=5) -> dict:
+    seeds, epochs, every = range(min(n_seeds, size.seeds)), size.epochs, size.every
+    names = ("vectorization", *size.scalar, "labeled")
+    qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
+    cfg = sized(F.vector_eh_config(F.vector_eh(3), size.sessions), size)
+    exp = E.experiment_config({**cfg, "estimators": list(names)})
     out = {n: {"final": [], "selected": [], "selected_epoch": []} for n in names}
     for s in seeds:
         trial = E.prepare_trial(qs, exp, int(s))
@@ -130,37 +157,42 @@ def convergence(seeds=range(5), epochs=1500, every=25) -> dict:
     return out
 
 
-def oracle_features(seeds=range(3), n_dirs=3) -> dict:
+def oracle_features(size: Sizes, n_seeds=3, n_dirs=3) -> dict:
+    seeds = range(min(n_seeds, size.seeds))
     model = F.vector_eh(3)
-    qs = F.basis_queryset(n_queries=300, noise=NOISE)
-    log_rate = np.log(F.basis_posterior(n_queries=300, noise=NOISE) @ model.matrix)
+    qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
+    log_rate = np.log(F.basis_posterior(n_queries=size.queries, noise=NOISE) @ model.matrix)
     mean = log_rate.mean(0)
     u, s, vt = np.linalg.svd(log_rate - mean, full_matrices=False)
     low = (u[:, :n_dirs] * s[:n_dirs]) @ vt[:n_dirs] + mean
     f = u[:, :n_dirs]
     f = ((f - f.min(0)) / np.ptp(f, 0)).astype(np.float32)
     qs2 = dataclasses.replace(qs, features=f, feature_ids=np.arange(1, n_dirs + 1, dtype=np.int32))
-    res = compare(qs2, F.vector_eh_config(model, 200_000), seeds, ("vectorization",) + F.SCALAR + ("labeled",))
+    res = compare(qs2, sized(F.vector_eh_config(model, size.sessions), size), seeds,
+                  ("vectorization", *size.scalar, "labeled"))
     return {**res, "n_dirs": n_dirs, "max_click_rate_error_of_fit": float(np.abs(np.exp(low) - np.exp(log_rate)).max())}
 
 
-def linear(seeds=range(5)) -> dict:
-    qs = F.basis_queryset(n_queries=300, noise=NOISE)
-    return compare(qs, F.vector_eh_config(F.vector_eh(3), 200_000), seeds, ("vectorization",))
+def linear(size: Sizes, n_seeds=5) -> dict:
+    seeds = range(min(n_seeds, size.seeds))
+    qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
+    return compare(qs, sized(F.vector_eh_config(F.vector_eh(3), size.sessions), size), seeds, ("vectorization",))
 
 
-def mlp(seeds=range(3)) -> dict:
-    qs = F.basis_queryset(n_queries=300, noise=NOISE)
-    return compare(qs, F.vector_eh_config(F.vector_eh(3), 200_000, ranker="mlp"), seeds,
-                   ("vectorization",) + F.SCALAR + ("labeled",))
+def mlp(size: Sizes, n_seeds=3) -> dict:
+    seeds = range(min(n_seeds, size.seeds))
+    qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
+    return compare(qs, sized(F.vector_eh_config(F.vector_eh(3), size.sessions, ranker="mlp"), size), seeds,
+                   ("vectorization", *size.scalar, "labeled"))
 
 
-def oracle_o(seeds=range(4)) -> dict:
+def oracle_o(size: Sizes, n_seeds=4) -> dict:
+    seeds = range(min(n_seeds, size.seeds))
     model = F.vector_eh(3)
     u, s, vt = np.linalg.svd(np.log(model.matrix), full_matrices=False)
     o = vt[:3].T * np.sqrt(s[:3])
-    qs = F.basis_queryset(n_queries=300, noise=NOISE)
-    cfg = _merge(F.vector_eh_config(model, 200_000),
+    qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
+    cfg = _merge(sized(F.vector_eh_config(model, size.sessions), size),
                  {"estimator_options": {"vec_observation_init": o.tolist(), "vec_train_observation": False}})
     return {**compare(qs, cfg, seeds, ("vectorization",)), "observation": o.tolist(),
             "max_click_rate_error_rank3": float(np.abs(np.exp((u[:, :3] * s[:3]) @ vt[:3]) - model.matrix).max())}
@@ -169,13 +201,28 @@ def oracle_o(seeds=range(4)) -> dict:
 PROBES = {"position_rankings": position_rankings, "convergence": convergence, "linear": linear,
           "oracle_features": oracle_features, "mlp": mlp, "oracle_o": oracle_o}
 
-if __name__ == "__main__":
-    out_dir = pathlib.Path(sys.argv[1])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in sys.argv[2:] or PROBES:
+def main(argv=None) -> dict:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=pathlib.Path)
+    parser.add_argument("probes", nargs="*", choices=[[], *PROBES], help="default: all")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes (seconds): for tests")
+    args = parser.parse_args(argv)
+    size = SMOKE if args.smoke else Sizes()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in args.probes or PROBES:
         t0 = time.time()
-        res = PROBES[name]()
-        res = {"command": f"python docs/results/fidelity_vector_eh/probes_issue11.py {out_dir} {name}",
-               "seconds": round(time.time() - t0, 1), **res}
-        (out_dir / f"{name}.json").write_text(json.dumps(res, indent=1))
+        res = PROBES[name](size)
+        smoke = "--smoke " if args.smoke else ""
+        res = {"command": f"python experiments/fidelity_probes.py {smoke}{args.out_dir} {name}",
+               "seconds": round(time.time() - t0, 1), "sizes": dataclasses.asdict(size), **res}
+        (args.out_dir / f"{name}.json").write_text(json.dumps(res, indent=1))
         print(f"{name}: {res['seconds']} s", flush=True)
+        results[name] = res
+    return results
+
+
+if __name__ == "__main__":
+    main()
