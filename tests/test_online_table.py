@@ -154,3 +154,19 @@ def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch)
     own = json.loads((tmp_path / "alone" / "results.json").read_text())["algorithms"]["ebrank_wo_explore"]["trials"][0]
     for metric in ("cum_ndcg", "warm_ndcg", "cold_ndcg"):  # a member of a population of 2 vs 1: float rounding
         assert own[metric] == pytest.approx(shared[metric], abs=1e-4), metric
+
+
+def test_reporting_keys_do_not_change_the_protocol(tmp_path):
+    """A results.json written before ``sim.history_splits`` existed (or with another value) resumes: the key
+    changes only what is evaluated along the way; any other sim key is still refused."""
+    from ltrjax.online.simulator import protocol_of
+    from ltrjax.report.online_report import METRICS
+    from ltrjax.report.results import ResultsWriter
+
+    sim = {"top_k": 5, "entry_prob": 1.0}
+    assert protocol_of({**sim, "history_splits": "all"}) == protocol_of(sim) == sim
+    old = {"dataset": "toy", "sim": sim, "algorithms": {}}
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    assert ResultsWriter(tmp_path, {"dataset": "toy", "sim": {**sim, "history_splits": "test"}}, METRICS).resume() == 0
+    with pytest.raises(ValueError, match="another output directory"):
+        ResultsWriter(tmp_path, {"dataset": "toy", "sim": {**sim, "entry_prob": 0.5}}, METRICS).resume()

@@ -53,8 +53,12 @@ class ResultsWriter:
             old = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
+        from ltrjax.online.simulator import protocol_of
+
         for key in keys:
-            if key in old and _clean(self.header.get(key)) != old[key]:
+            same = (protocol_of(_clean(self.header.get(key))) == protocol_of(old[key]) if key == "sim" and key in old
+                    else _clean(self.header.get(key)) == old.get(key))
+            if key in old and not same:
                 raise ValueError(f"{path} was written for {key} = {old[key]!r} but this run has "
                                  f"{_clean(self.header.get(key))!r}; use another output directory")
         self.algorithms = {name: entry for name, entry in old.get("algorithms", {}).items()}
