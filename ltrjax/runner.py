@@ -385,6 +385,8 @@ def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: OnlineRun) -> dict | N
     missing = sorted(set(scfg.algorithms) - set(keys))
     if missing:
         log.warning("eta sweep: %s are not algorithms of this table; skipped", missing)
+    if not keys:
+        return None
     trials = int(scfg.get("trials", 2))
     series = {result_name(k, cfg.algorithms[k]): {m: [] for m in METRICS} for k in keys}
     values = sorted(float(v) for v in scfg["values"])
