@@ -22,10 +22,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ltrjax.online.simulator import protocol_of  # noqa: E402
 from ltrjax.report import stats  # noqa: E402
 from ltrjax.report.online_report import METRICS, safe_name  # noqa: E402
-from ltrjax.report.results import atomic_write  # noqa: E402
+from ltrjax.report.results import atomic_write, same_protocol  # noqa: E402
 
 
 def units(run: Path, name: str, trial: int, gamma: float) -> dict[str, np.ndarray]:
@@ -37,8 +36,7 @@ def units(run: Path, name: str, trial: int, gamma: float) -> dict[str, np.ndarra
 def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 10000) -> dict:
     a, b = (json.loads((r / "results.json").read_text()) for r in (run_a, run_b))
     for key in ("dataset", "sessions", "sim", "click_model"):
-        same = protocol_of(a.get(key)) == protocol_of(b.get(key)) if key == "sim" else a.get(key) == b.get(key)
-        if not same:
+        if not same_protocol(key, a.get(key), b.get(key)):
             raise SystemExit(f"compare_runs: the runs differ in {key!r}: {a.get(key)!r} vs {b.get(key)!r}")
     gamma = float(a["sim"]["gamma"])
     rows = {}

@@ -221,16 +221,17 @@ def choose(results: list[TrialResult], grid: list[dict], tune_split: str) -> tup
     return results[best], grid[best], scores
 
 
-def member_identity(key: str, acfg, fit_overrides, trial: int, values: dict) -> tuple:
-    """What determines one member's simulation: the policy class, its constructor options other than its
-    ``Hyper`` fields (which only set the default hyper-parameters), the member's hyper-parameters (float32,
-    as the simulator traces them) and its trial. Two rows' members with equal identities simulate the same
-    trial the same way (``ebrank_wo_explore`` is EBRank's epsilon=0 grid member), so the runner simulates
-    such a member once (``OnlineRun.run``). Options compare as written: an option set in one row and left
-    to its default in the other makes the identities differ (no sharing, never a wrong share)."""
-    cls, kwargs, _ = algorithm_options(key, acfg, fit_overrides)
+def member_identity(cls: type, kwargs: dict, trial: int, values: dict) -> tuple:
+    """What determines one member's simulation: the policy class, its constructor options ``kwargs`` (from
+    ``algorithm_options``) other than its ``Hyper`` fields (which only set the default hyper-parameters), the
+    member's hyper-parameters ``values`` over those defaults (float32, as the simulator traces them) and its trial.
+    Two rows' members with equal identities simulate the same trial the same way (``ebrank_wo_explore`` is
+    EBRank's epsilon=0 grid member), so the runner simulates such a member once (``OnlineRun.run``). Options
+    compare as written: an option set in one row and left to its default in the other makes the identities
+    differ (no sharing, never a wrong share)."""
     hyper_fields = {f.name: f.default for f in dataclasses.fields(cls.Hyper)}
     options = {k: v for k, v in kwargs.items() if k not in hyper_fields and k != "name"}
+
     def traced(value):
         return "unset" if value is dataclasses.MISSING else np.asarray(value, np.float32).tolist()
 
@@ -272,10 +273,9 @@ class OnlineRun:
         overrides = self.cfg.get("fit_overrides")
         plan = {}
         for key, trials in todo.items():
-            acfg = self.algorithms[key]
-            _, _, tune = algorithm_options(key, acfg, overrides)
+            cls, kwargs, tune = algorithm_options(key, self.algorithms[key], overrides)
             grid = tune_grid(tune if self.tune else None)
-            plan[key] = (grid, {t: [member_identity(key, acfg, overrides, t, v) for v in grid] for t in trials})
+            plan[key] = (grid, {t: [member_identity(cls, kwargs, t, v) for v in grid] for t in trials})
         return plan
 
     def run(self) -> ResultsWriter:

@@ -36,6 +36,7 @@ from ltrjax import metrics
 from ltrjax.constraints import (ConfigError, Each, Length, NonNegativeInt, OneOf, Positive, PositiveInt, Probability,
                                 Range, check_fields, strict_fields)
 from ltrjax.data.layout import PaddedDataset
+from ltrjax.data.queryset import TEST
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
@@ -318,8 +319,7 @@ class Simulator:
                         config.max_lanes)) for b in data.buckets
         )
         self._steps: dict[str, int] = {}
-        test = SPLITS.index("test")
-        self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == test).astype(np.int32) for b in data.buckets)
+        self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
 
     # ------------------------------------------------------------------ plans and draws
     def init_states(self, key: jax.Array) -> list[BucketState]:

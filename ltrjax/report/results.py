@@ -31,6 +31,16 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def same_protocol(key: str, a: Any, b: Any) -> bool:
+    """Whether two results headers' ``key`` values describe the same protocol: ``sim`` blocks are compared
+    without the keys that change only what is evaluated along the way (``simulator.REPORTING_KEYS``)."""
+    if key == "sim":
+        from ltrjax.online.simulator import protocol_of  # JAX only where a sim block is compared
+
+        return protocol_of(a) == protocol_of(b)
+    return a == b
+
+
 class ResultsWriter:
     """Accumulates per-trial records per algorithm; means are recomputed at every write."""
 
@@ -53,12 +63,8 @@ class ResultsWriter:
             old = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
-        from ltrjax.online.simulator import protocol_of
-
         for key in keys:
-            same = (protocol_of(_clean(self.header.get(key))) == protocol_of(old[key]) if key == "sim" and key in old
-                    else _clean(self.header.get(key)) == old.get(key))
-            if key in old and not same:
+            if key in old and not same_protocol(key, _clean(self.header.get(key)), old[key]):
                 raise ValueError(f"{path} was written for {key} = {old[key]!r} but this run has "
                                  f"{_clean(self.header.get(key))!r}; use another output directory")
         self.algorithms = {name: entry for name, entry in old.get("algorithms", {}).items()}
