@@ -20,6 +20,7 @@ Every Vectorization fit also reports the test NDCG@10 of ranking by <r(x), o_k> 
 <r(x), b*>, b* the least-squares fit of the test gains on r(x) (the best its embedding can rank linearly).
 """
 
+from __future__ import annotations
 
 import dataclasses
 import json

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -12,6 +13,7 @@ def load_script(relative: str):
     path = REPO / relative
     spec = importlib.util.spec_from_file_location("script_" + path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import does: dataclasses look string annotations up there
     spec.loader.exec_module(module)
     return module
 
