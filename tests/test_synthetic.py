@@ -115,3 +115,35 @@ def test_mslr_like_config_drops_behaviour_features():
     qs = load_dataset(cfg, seed=0)
     assert qs.info["features_dropped_config"] == [134, 135, 136]
     assert qs.n_features == 128 and qs.feature_ids[qs.bm25_column] == 110 and qs.y_max == 4
+
+
+def _r2(x, y):
+    x = np.concatenate([x, np.ones((len(x), 1))], 1)
+    res = y - x @ np.linalg.lstsq(x, y, rcond=None)[0]
+    return 1.0 - res.var() / y.var()
+
+
+def test_nonlinear_relevance_is_an_interaction_no_linear_ranker_sees():
+    """``nonlinear`` = lambda puts lambda of the relevance variance into a*b (README "Offline fidelity"): labels
+    are then far better explained once the product of the interaction features is a feature, and no better with
+    lambda = 0 (whose data is exactly the default's: the extra draws come from a stream of their own)."""
+    params = {"preset": "synthetic_mq2008", "n_queries": 400}
+    plain = generate_synthetic(params, seed=1)
+    np.testing.assert_array_equal(plain.features, generate_synthetic({**params, "nonlinear": 0.0}, seed=1).features)
+    qs = generate_synthetic({**params, "nonlinear": 0.6}, seed=1)
+    ids_a, ids_b = qs.info["interaction_feature_ids"]
+    assert len(ids_a) == len(ids_b) == 3 and not set(ids_a) & set(ids_b)
+    assert qs.bm25_column + 1 not in ids_a + ids_b
+    for data, gain in ((qs, 0.05), (plain, None)):
+        x = data.features.astype(np.float64)
+        prod = (x[:, np.asarray(ids_a) - 1].mean(1) * x[:, np.asarray(ids_b) - 1].mean(1))[:, None]
+        y = data.labels.astype(np.float64)
+        linear, with_product = _r2(x, y), _r2(np.concatenate([x, prod], 1), y)
+        if gain is None:
+            assert with_product - linear < 0.01
+        else:
+            assert with_product - linear > gain
+    with pytest.raises(ValueError, match="nonlinear"):
+        SyntheticParams(nonlinear=1.0)
+    with pytest.raises(ValueError, match="interaction_features"):
+        SyntheticParams(nonlinear=0.5, interaction_features=40)

@@ -47,6 +47,10 @@ class SyntheticParams:
     n_factors: int = 6  # shared per-document factors that correlate the features
     sparse: float = 0.3  # fraction of features that are mostly 0
     constant_features: tuple[int, ...] = (6, 7, 8, 9, 10)  # 1-based ids, 0 everywhere
+    # share of the latent relevance variance that is an interaction a*b of two per-document factors, each
+    # carried by ``interaction_features`` features: invisible to a linear ranker, learnable by an MLP
+    nonlinear: float = 0.0
+    interaction_features: int = 3
 
     @property
     def y_max(self) -> int:
@@ -63,6 +67,12 @@ class SyntheticParams:
             raise ValueError(f"bm25_feature {self.bm25_feature} outside 1..{self.n_features}")
         if self.bm25_feature in self.constant_features:
             raise ValueError("the BM25 feature cannot also be a constant feature")
+        if not 0.0 <= self.nonlinear < 1.0:
+            raise ValueError(f"nonlinear must lie in [0, 1), got {self.nonlinear}")
+        free = self.n_features - len(set(self.constant_features)) - (self.bm25_feature is not None)
+        if self.nonlinear > 0 and not 1 <= self.interaction_features <= free // 2:
+            raise ValueError(f"interaction_features must lie in 1..{free // 2} (two disjoint sets among the "
+                             f"{free} non-constant, non-BM25 features), got {self.interaction_features}")
 
 
 # MSLR keeps 128 of its 133 non-behaviour features after dropping the constant ones (EBRank's
@@ -145,12 +155,20 @@ def generate_synthetic(params: SyntheticParams | Mapping, *, seed: int) -> Query
     query_part = rng.standard_normal(p.n_queries) * np.sqrt(p.query_share)
     latent = np.repeat(query_part, counts).astype(np.float32)
     latent += rng.standard_normal(n_docs, dtype=np.float32) * np.float32(np.sqrt(1 - p.query_share))
+    interaction = _interaction(p, latent, streams[3]) if p.nonlinear > 0 else None
+    relevance = latent if interaction is None else interaction[0]
     probs = np.asarray(p.label_probs, dtype=np.float64) / sum(p.label_probs)
-    thresholds = np.quantile(latent, np.cumsum(probs)[:-1]).astype(np.float32)
-    labels = np.searchsorted(thresholds, latent, side="right").astype(np.int32)
+    thresholds = np.quantile(relevance, np.cumsum(probs)[:-1]).astype(np.float32)
+    labels = np.searchsorted(thresholds, relevance, side="right").astype(np.int32)
 
     features = np.empty((n_docs, p.n_features), dtype=np.float32)
     _draw_features(p, latent, counts, features, streams[2])
+    if interaction is not None:
+        _, factors, loadings = interaction
+        for r0 in range(0, n_docs, _BLOCK_ROWS):  # the features carrying a and b, then clipped again
+            block = features[r0: r0 + _BLOCK_ROWS]
+            block += factors[r0: r0 + _BLOCK_ROWS] @ loadings
+            np.clip(block, 0.0, 1.0, out=block)
     return QuerySet(
         name=p.name,
         features=features,
@@ -161,8 +179,29 @@ def generate_synthetic(params: SyntheticParams | Mapping, *, seed: int) -> Query
         y_max=p.y_max,
         bm25_column=-1 if p.bm25_feature is None else p.bm25_feature - 1,
         feature_ids=np.arange(1, p.n_features + 1, dtype=np.int32),
-        info={"source": f"synthetic:{p.name}", "seed": int(seed), "split_by": "random 60/20/20"},
+        info={"source": f"synthetic:{p.name}", "seed": int(seed), "split_by": "random 60/20/20",
+              **({} if interaction is None else {"interaction_feature_ids": [
+                  (np.flatnonzero(row) + 1).tolist() for row in interaction[2]]})},
     )
+
+
+def _interaction(p: SyntheticParams, latent: np.ndarray, rng: np.random.Generator):
+    """(relevance, factors [N, 2], loadings [2, F]) of a dataset with ``nonlinear`` = lambda > 0.
+
+    relevance = sqrt(1 - lambda) z + sqrt(lambda) a b with a, b ~ N(0, 1) per document (a b has unit variance
+    and no correlation with a, b or z, so no linear function of the features predicts it); a and b each load
+    with weight ``signal`` (times the features' 0.18 spread) on their own ``interaction_features`` features,
+    drawn from the non-constant, non-BM25 ones. The views and BM25 still carry z alone."""
+    lam = np.float32(p.nonlinear)
+    factors = rng.standard_normal((latent.size, 2), dtype=np.float32)
+    relevance = np.sqrt(1 - lam) * latent + np.sqrt(lam) * factors[:, 0] * factors[:, 1]
+    excluded = set(int(i) - 1 for i in p.constant_features) | ({p.bm25_feature - 1} if p.bm25_feature else set())
+    free = np.array([i for i in range(p.n_features) if i not in excluded])
+    chosen = rng.permutation(free)[: 2 * p.interaction_features].reshape(2, p.interaction_features)
+    loadings = np.zeros((2, p.n_features), np.float32)
+    for row, cols in enumerate(chosen):
+        loadings[row, cols] = _SPREAD * p.signal
+    return relevance.astype(np.float32), factors, loadings
 
 
 def docs_per_query(p: SyntheticParams, rng: np.random.Generator) -> np.ndarray:
