@@ -44,6 +44,7 @@ from ltrjax.constraints import (Check, ConfigError, Each, NonNegative, NonNegati
 from ltrjax.data.registry import SYNTHETIC_KEYS, DatasetConfig
 from ltrjax.data.synthetic import PRESETS, SyntheticParams, synthetic_params
 from ltrjax.models.train import FitConfig
+from ltrjax.offline.rankers import RANKERS
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import RELEVANCE_MAPPINGS, SimConfig
 
@@ -485,7 +486,8 @@ OFFLINE_CHECKS: dict[str, list[Check]] = {
     "list_size": [Range(1)],
     "production_fraction": [Range(0, 1, lo_open=True)],
     "logging_chunk": [Range(1)],
-    "ranker": [OneOf(("linear", "mlp"))],
+    "logging_boost.column": [Range(0)],
+    "ranker": [OneOf(RANKERS)],
     "hidden": [Each(Range(1))],
     "max_docs": [Range(1)],
     "eval_buckets": [Range(1)],
@@ -618,7 +620,7 @@ def _register_fidelity() -> None:
         "production_fraction": [Range(0, 1, lo_open=True)], "logging_chunk": [Range(1)], "hidden": [Each(Range(1))],
         "max_docs": [Range(1)], "eval_buckets": [Range(1)], "margin": [Range(0)],
         "vectorization.ranker": [OneOf(("linear", "mlp"))], "vectorization.dims": [Each(Range(1))],
-        "vectorization.settings": [Each(OneOf(VEC_SETTINGS))], "prs.ranker": [OneOf(("linear", "mlp"))],
+        "vectorization.settings": [Each(OneOf(VEC_SETTINGS))], "prs.ranker": [OneOf(RANKERS)],
         "prs.noise": [Each(Range(0, 1))], "prs.assumed_eta": [Each(Range(0))], "vector_eh.seeds": [Range(0)],
     }, {"train": TrainConfig, "estimator_options": Optional[Dict[str, Any]]})
 

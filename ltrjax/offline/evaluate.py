@@ -63,7 +63,8 @@ def _ndcg_sum(scores, labels, mask, k: int = 10):
 def make_validator(estimator, buckets, k: int = 10):
     """validate(params, state) -> mean NDCG@k over validation queries with a relevant document.
 
-    Cheaper than the full evaluator (top-k only, no full sort for AP); runs after every epoch.
+    Cheaper than the full evaluator (top-k only, no full sort for AP); runs after every epoch. Its ``buckets``
+    and ``k`` are attributes, for fitters that score the validation lists themselves (``ltrjax.offline.gbdt``).
     """
     score = jitted_score(estimator)
 
@@ -74,4 +75,5 @@ def make_validator(estimator, buckets, k: int = 10):
             tot, cnt = tot + float(s), cnt + float(c)
         return tot / max(cnt, 1.0)
 
+    validate.buckets, validate.k = buckets, k
     return validate

@@ -158,19 +158,20 @@ def prs_part(qs, fx: dict, log=print) -> tuple[dict, list]:
     default = sweeps["noise"].get(0.1)
     if default:
         for ref in ("ips", "pns", "naive"):
-            claims.append(_claim("PRS", f"{qs.name}, eta=1, mu=0.1", f"PRS > {ref} on NDCG@10 (Table 1, Fig. 3)",
+            claims.append(_claim("PRS", f"{qs.name}, {px['ranker']}, eta=1, mu=0.1",
+                                 f"PRS > {ref} on NDCG@10 (Table 1, Fig. 3)",
                                  F.paired_test(default["prs"], default[ref])))
     mus = sorted(sweeps["noise"])
     if len(mus) > 1:
         hi = sweeps["noise"][mus[-1]]
         gap = lambda r: np.asarray(r["prs"]) - np.asarray(r["ips"])  # noqa: E731
-        claims.append(_claim("PRS", f"{qs.name}, mu={mus[-1]} vs mu={mus[0]}",
+        claims.append(_claim("PRS", f"{qs.name}, {px['ranker']}, mu={mus[-1]} vs mu={mus[0]}",
                              "PRS - IPS grows with click noise (Fig. 5)",
                              F.paired_test(gap(hi), gap(sweeps["noise"][mus[0]]))))
     etas = sorted(sweeps["assumed_eta"])
     if etas and etas[-1] > 1.0:
         r = sweeps["assumed_eta"][etas[-1]]
-        claims.append(_claim("PRS", f"{qs.name}, assumed eta={etas[-1]} (true 1)",
+        claims.append(_claim("PRS", f"{qs.name}, {px['ranker']}, assumed eta={etas[-1]} (true 1)",
                              "PRS > IPS with underestimated propensities (Fig. 6)", F.paired_test(r["prs"], r["ips"])))
     return sweeps, claims
 
@@ -203,17 +204,22 @@ def markdown(results: dict) -> str:
         paper = PAPER["prs_table1"]
         tab = results["prs"]["noise"].get("0.1") or results["prs"]["noise"].get(0.1)
         if tab:
-            out += ["## PRS Table 1 setting (eta = 1, mu = 0.1)", "",
-                    f"| estimator | NDCG@10 here | paper: {paper['dataset']} |", "|---|---|---|"]
+            ranker = results["sizes"].get("prs_ranker", "linear")
+            out += [f"## PRS Table 1 setting (eta = 1, mu = 0.1, {ranker} ranker)", "",
+                    f"| estimator | NDCG@10 here (mean ± std over trials) | paper: {paper['dataset']} |",
+                    "|---|---|---|"]
             for e, v in tab.items():
                 p = paper.get(e)
                 out.append(f"| {e} | {_cell(v)} | {'' if p is None else f'{p:.4f}'} |")
             out += ["", "Paper rows are LambdaMART-based (IPS = Unbiased LambdaMART); here every estimator trains "
-                    "the same linear ranker.", ""]
+                    + ("LightGBM trees on the gradients and hessian diagonal of its own loss (ltrjax.offline.gbdt: IPS "
+                       "= the PRS paper's IPS-weighted pairwise LambdaMART with known propensities, PRS = "
+                       "PRS-LambdaMART with the logistic pair loss)." if ranker == "lambdamart"
+                       else f"the same {ranker} ranker."), ""]
         for key, label in (("noise", "click noise mu (PRS Fig. 5)"), ("assumed_eta", "assumed eta, true 1 (PRS Fig. 6)")):
             sw = results["prs"][key]
             names = list(next(iter(sw.values())))
-            out += [f"## PRS sweep: {label} (figure prs_sweeps.png)", "",
+            out += [f"## PRS sweep: {label} (NDCG@10, mean ± std over trials; figure prs_sweeps.png)", "",
                     f"| {key} | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
             for x, row in sw.items():
                 out.append(f"| {x} | " + " | ".join(_cell(row[n]) for n in names) + " |")
@@ -260,6 +266,8 @@ def plot(results: dict, out_dir: pathlib.Path) -> None:
             ax.set_xlabel(label)
             ax.set_ylabel("NDCG@10")
             ax.legend(fontsize=7)
+        fig.suptitle(f"{results['dataset']}, {results['sizes'].get('prs_ranker', 'linear')} ranker, mean ± std over "
+                     f"{results['sizes']['trials']} trials", fontsize=9)
         fig.tight_layout()
         fig.savefig(out_dir / "prs_sweeps.png", dpi=120)
 
@@ -273,7 +281,8 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     t0 = time.perf_counter()
     results = {"dataset": getattr(qs, "name", "?"), "claims": [], "config": fx,
                "sizes": {"trials": int(fx["trials"]), "n_sessions": int(fx["n_sessions"]),
-                         "n_queries": int(qs.n_queries), "vectorization_ranker": fx["vectorization"]["ranker"]}}
+                         "n_queries": int(qs.n_queries), "vectorization_ranker": fx["vectorization"]["ranker"],
+                         "prs_ranker": (fx.get("prs") or {}).get("ranker")}}
 
     def save():
         results["seconds"] = time.perf_counter() - t0

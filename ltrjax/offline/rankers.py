@@ -1,4 +1,5 @@
-"""Flax scorers for the offline estimators: linear and MLP, scalar or d-dimensional output.
+"""Flax scorers for the offline estimators: linear and MLP, scalar or d-dimensional output; the
+pass-through ``ScoreInput`` of the tree ensembles (``ranker: lambdamart``, ``ltrjax.offline.gbdt``).
 
 ``Scorer`` maps features ``[..., F]`` to ``[..., out_dim]``; a scalar ranker squeezes the last
 axis. ``GaussianBaseModel`` is Vectorization's base model v(x) = (mu(x), log sigma^2(x))
@@ -49,13 +50,30 @@ class GaussianBaseModel(nn.Module):
         return out[..., : self.dim], out[..., self.dim :]
 
 
-def make_scorer(kind: str, out_dim: int = 1, hidden: Sequence[int] = (64, 32)) -> Scorer:
-    """``linear`` or ``mlp`` (ELU MLP with the given hidden widths)."""
+RANKERS = ("linear", "mlp", "lambdamart")
+
+
+class ScoreInput(nn.Module):
+    """The pass-through scorer of the tree ensembles (``ltrjax.offline.gbdt``): its input already is the score,
+    ``[..., 1] -> [..., 1]``, so an estimator's loss on it is a function of the scores alone."""
+
+    @nn.compact
+    def __call__(self, x):
+        return x
+
+
+def make_scorer(kind: str, out_dim: int = 1, hidden: Sequence[int] = (64, 32)) -> nn.Module:
+    """``linear``, ``mlp`` (ELU MLP with the given hidden widths) or ``lambdamart`` (scalar only: the
+    ``ScoreInput`` its estimators' losses are written on; the trees live in ``ltrjax.offline.gbdt``)."""
     if kind == "linear":
         return Scorer(hidden=(), out_dim=out_dim)
     if kind == "mlp":
         return Scorer(hidden=tuple(hidden), out_dim=out_dim)
-    raise ValueError(f"unknown ranker {kind!r}; expected linear or mlp")
+    if kind == "lambdamart":
+        if out_dim != 1:
+            raise ValueError(f"ranker 'lambdamart' scores scalars; a {out_dim}-dimensional output needs linear or mlp")
+        return ScoreInput()
+    raise ValueError(f"unknown ranker {kind!r}; expected one of {RANKERS}")
 
 
 def kernel_l2(params) -> jnp.ndarray:

@@ -108,8 +108,12 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         validate: Callable | None = None, props=None, progress: bool = False, desc: str = "") -> FitResult:
     """Train ``estimator`` on ``data`` (a ClickBatch/LabeledBatch with leading axis = row).
 
-    ``props`` (``Propensities``) is what the estimator is told about the click model.
+    ``props`` (``Propensities``) is what the estimator is told about the click model. An estimator with its
+    own ``fitter`` (a tree ensemble, ``ltrjax.offline.gbdt``) is fitted by it, with the same validation.
     """
+    if estimator.fitter is not None:
+        return estimator.fitter(estimator, data, key, n_features, cfg, validate=validate, props=props,
+                                progress=progress, desc=desc)
     kinit, key = jax.random.split(key)
     params, state = estimator.init(kinit, n_features, props)
     opt = make_optimizer(cfg)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+from ltrjax.offline import gbdt
 from ltrjax.offline.estimators import (affine, dla, ips, labeled, naive, pair_debias, pns, prs,
                                        regression_em, vectorization)
 from ltrjax.offline.estimators.base import ClickBatch, Estimator, LabeledBatch, Propensities
@@ -26,6 +27,9 @@ CLICK_ESTIMATORS = {
     "vectorization": vectorization.make,
 }
 ALL_ESTIMATORS = (*CLICK_ESTIMATORS, "production", "labeled")
+# losses that depend on the ranker's scores alone (no learned propensities or EM state): LightGBM trees can
+# be grown on their derivatives (``ranker: lambdamart``, ``ltrjax.offline.gbdt``)
+TREE_ESTIMATORS = ("naive", "ips", "pns", "prs", "prs_lambda", "affine", "production", "labeled")
 
 
 def _freeze(x):
@@ -37,7 +41,7 @@ def _freeze(x):
 
 
 def make_estimator(name: str, opts: dict | None = None, ranker: str = "linear", hidden=(64, 32)) -> Estimator:
-    """Estimator ``name`` with a ``ranker`` (linear|mlp) scorer and options ``opts`` (memoized)."""
+    """Estimator ``name`` with a ``ranker`` (linear|mlp|lambdamart) scorer and options ``opts`` (memoized)."""
     return _make(name, _freeze(dict(opts or {})), ranker, _freeze(hidden))
 
 
@@ -47,14 +51,19 @@ def _make(name, frozen_opts, ranker, hidden) -> Estimator:
     if name == "vectorization":
         return vectorization.make(make_scorer(ranker, int(opts.get("vec_dim", 2)), hidden), opts)
     scorer = make_scorer(ranker, 1, hidden)
+    if ranker == "lambdamart" and name not in TREE_ESTIMATORS:
+        raise ValueError(f"estimator {name!r} has no tree-ensemble (lambdamart) form; expected one of "
+                         f"{TREE_ESTIMATORS}, or ranker linear / mlp")
     if name in CLICK_ESTIMATORS:
-        return CLICK_ESTIMATORS[name](scorer, opts)
-    if name == "labeled":
-        return labeled.make(scorer, opts)
-    if name == "production":
-        return labeled.make(scorer, opts, name="production", form="pairwise")
-    raise ValueError(f"unknown estimator {name!r}; expected one of {ALL_ESTIMATORS}")
+        est = CLICK_ESTIMATORS[name](scorer, opts)
+    elif name == "labeled":
+        est = labeled.make(scorer, opts)
+    elif name == "production":
+        est = labeled.make(scorer, opts, name="production", form="pairwise")
+    else:
+        raise ValueError(f"unknown estimator {name!r}; expected one of {ALL_ESTIMATORS}")
+    return gbdt.tree_estimator(est, opts.get("gbdt")) if ranker == "lambdamart" else est
 
 
-__all__ = ["ALL_ESTIMATORS", "CLICK_ESTIMATORS", "ClickBatch", "Estimator", "LabeledBatch",
+__all__ = ["ALL_ESTIMATORS", "CLICK_ESTIMATORS", "TREE_ESTIMATORS", "ClickBatch", "Estimator", "LabeledBatch",
            "Propensities", "make_estimator"]

@@ -70,6 +70,9 @@ class Estimator:
     # validates from the end of its freeze, as ULTRA checkpoints every method from the start: with
     # selection only from ``min_steps`` on, its result was the iterate at ``min_steps``, never selected
     select_from: int | None = None
+    # fit(estimator, data, key, n_features, cfg, validate=, props=) -> FitResult replacing ``train.fit``'s
+    # gradient loop (the tree ensembles of ``ltrjax.offline.gbdt``); None: the shared loop
+    fitter: Callable[..., Any] | None = None
 
 
 # --------------------------------------------------------------------------- shared pieces
