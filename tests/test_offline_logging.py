@@ -123,3 +123,26 @@ def test_buckets_cover_every_query_once():
             assert b.mask[row].sum() == n
             assert sorted(b.doc_index[row][b.mask[row]].tolist()) == list(range(qs.query_offsets[q], qs.query_offsets[q + 1]))
             np.testing.assert_array_equal(b.labels[row][b.mask[row]], qs.labels[b.doc_index[row][b.mask[row]]])
+
+
+def test_logging_boost_reorders_by_the_boosted_feature_only_when_asked():
+    """``logging_boost``: weight 0 keeps the production scores; a large weight ranks every query by the feature
+    (NumPy reference: the z-scored column); a column outside the features is refused."""
+    from ltrjax.offline.experiment import logging_scores
+
+    qs = toy_queryset(n_queries=12, seed=3)
+    rng = np.random.default_rng(0)
+    buckets = bucket_queries(qs, np.arange(12), rng, n_buckets=2)
+    prod = [jnp.asarray(rng.normal(size=b.mask.shape), jnp.float32) for b in buckets]
+    same = logging_scores(qs, {"logging_boost": {"column": 1, "weight": 0.0}}, buckets, prod)
+    assert all(a is b for a, b in zip(same, prod))
+    boosted = logging_scores(qs, {"logging_boost": {"column": 1, "weight": 1e4}}, buckets, prod)
+    for b, s in zip(buckets, boosted):
+        mask = np.asarray(b.mask)
+        col = np.asarray(b.features)[..., 1]
+        for row in range(mask.shape[0]):
+            m = mask[row]
+            np.testing.assert_array_equal(np.argsort(-np.asarray(s)[row][m], kind="stable"),
+                                          np.argsort(-col[row][m], kind="stable"))
+    with pytest.raises(ValueError, match="logging_boost.column"):
+        logging_scores(qs, {"logging_boost": {"column": qs.n_features, "weight": 1.0}}, buckets, prod)

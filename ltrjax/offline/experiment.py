@@ -36,6 +36,9 @@ DEFAULTS = {
     "estimators": ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regression_em", "pair_debias",
                    "affine", "vectorization", "production", "labeled"],
     "n_sessions": 1_000_000, "list_size": 10, "production_fraction": 0.01, "logging_chunk": 1 << 17,
+    # the logging policy ranks by the production score (divided by its std) + weight x the z-scored feature
+    # ``column`` (0-based): a business rule promoting documents on a feature the labels do not reward
+    "logging_boost": {"column": None, "weight": 0.0},
     "ranker": "linear", "hidden": [64, 32], "max_docs": 256, "eval_buckets": 4, "progress": True,
     "click_model": {"kind": "pbm", "examination": "inverse", "eta": 1.0, "relevance": "binary",
                     "threshold": None, "noise": 0.1, "eps_minus_scale": 0.65, "preset": "navigational"},
@@ -175,6 +178,25 @@ def _train_cfg(exp: dict, name: str) -> TrainConfig:
     return TrainConfig.from_mapping(_merge(exp["train"], exp.get("train_overrides", {}).get(name, {})))
 
 
+def logging_scores(qs, exp: dict, buckets, scores) -> list:
+    """The logging policy's scores per bucket: the production ranker's, or with ``logging_boost`` = {column c,
+    weight w} the production score over its standard deviation (over the logged documents) plus w times the
+    z-scored feature c. Only the order within a query matters; w = 0 leaves the production order unchanged."""
+    boost = exp.get("logging_boost") or {}
+    col, weight = boost.get("column"), float(boost.get("weight") or 0.0)
+    if col is None or weight == 0.0:
+        return scores
+    col = int(col)
+    if not 0 <= col < qs.n_features:
+        raise ValueError(f"logging_boost.column: expected a feature index in [0, {qs.n_features}), got {col}")
+    feats = np.asarray(qs.features)[:, col].astype(np.float64)
+    mean, sd = feats.mean(), max(feats.std(), 1e-12)
+    valid = np.concatenate([np.asarray(s)[np.asarray(b.mask)] for b, s in zip(buckets, scores)])
+    prod_sd = max(float(valid.std()), 1e-12)
+    return [jnp.where(jnp.asarray(b.mask), s / prod_sd + weight * (jnp.asarray(b.features)[..., col] - mean) / sd, s)
+            for b, s in zip(buckets, scores)]
+
+
 def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
     """Splits, evaluation lists, the production ranker and its top-K lists for the logged queries."""
     t0 = time.perf_counter()
@@ -203,10 +225,12 @@ def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
 
     parts = []
     prod_score = jitted_score(prod_est)
-    for b in bucket_queries(qs, logged_ids, rng, n_buckets=int(exp["eval_buckets"])):
-        scores = prod_score(prod.params, prod.state, jnp.asarray(b.features), jnp.asarray(b.mask))
+    buckets = bucket_queries(qs, logged_ids, rng, n_buckets=int(exp["eval_buckets"]))
+    scores = [prod_score(prod.params, prod.state, jnp.asarray(b.features), jnp.asarray(b.mask)) for b in buckets]
+    scores = logging_scores(qs, exp, buckets, scores)
+    for b, s in zip(buckets, scores):
         rel = click_relevance(b.labels, exp, y_max)
-        parts.append(pad_positions(top_k_lists(b, scores, rel, k), k))
+        parts.append(pad_positions(top_k_lists(b, s, rel, k), k))
     logged = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *parts)
     order = jnp.argsort(logged.query_index)  # rows in query order, as a click log read back has them
     logged = jax.tree_util.tree_map(lambda a: a[order], logged)

@@ -48,7 +48,7 @@ class VectorEH:
         return {"kind": "matrix", "matrix": self.matrix.tolist(), "relevance": relevance}
 
 
-def vector_eh(d: int, n_positions: int = 10, y_max: int = 4) -> VectorEH:
+def vector_eh(d: int, n_positions: int = 10, y_max: int = 4, junk: float = 0.15) -> VectorEH:
     """Click models with a true d in {1, 2, 3}; every position ranks the grades the same way.
 
     g(y) = (2^y - 1)/(2^y_max - 1) is the steep relevance component, grow_k = 1 - e^{-(k-1)/2}.
@@ -58,8 +58,9 @@ def vector_eh(d: int, n_positions: int = 10, y_max: int = 4) -> VectorEH:
       position, a gentle one grows; no relevance-blind clicks. Singular values of M (1.88, 0.18).
     * d = 3: trust bias (Joachims theta_k, eps+_k = 1 - (k+1)/100, eps-_k = 0.65/k) plus a component
       "anything but junk" that grows down the list: r = (g(y), 1[y >= 1], 1),
-      o_k = (0.6 theta_k (eps+_k - eps-_k), 0.15 grow_k, theta_k eps-_k). Singular values
-      (1.78, 0.28, 0.11); Affine (one R per position) is misspecified, as is every scalar EH.
+      o_k = (0.6 theta_k (eps+_k - eps-_k), junk grow_k, theta_k eps-_k), ``junk`` = 0.15. Singular values
+      (1.78, 0.28, 0.11); Affine (one R per position) is misspecified, as is every scalar EH, and more so
+      the larger ``junk`` (the confounded test bed uses 0.3).
 
     In every case the o_k are not collinear for d > 1 and every position orders the grades alike
     (Vectorization Eq. 4).
@@ -76,7 +77,7 @@ def vector_eh(d: int, n_positions: int = 10, y_max: int = 4) -> VectorEH:
         theta = examination_joachims(n_positions)
         eps_plus, eps_minus = vardasbi_trust_epsilons(n_positions)
         r = np.stack([steep, (y >= 1) * 1.0, const], 1)
-        o = np.stack([0.6 * theta * (eps_plus - eps_minus), 0.15 * grow, theta * eps_minus], 1)
+        o = np.stack([0.6 * theta * (eps_plus - eps_minus), junk * grow, theta * eps_minus], 1)
     else:
         raise ValueError(f"vector_eh defines d in 1..3, got {d}")
     return VectorEH(relevance=r, observation=o)
@@ -324,6 +325,44 @@ def compare(qs, cfg: dict, seeds, estimators, log=None, shuffle_copies: int = 0)
 SCALAR = ("naive", "ips", "dla", "regression_em", "affine")
 
 
+@dataclasses.dataclass(frozen=True)
+class TestBed:
+    """Data, ranker and logging policy of the vector-EH checks (README "Offline fidelity").
+
+    ``noise``: feature noise of ``basis_queryset``; ``junk``: weight of d = 3's "anything but junk" component
+    (``vector_eh``); ``boost``: ``logging_boost`` weight on the first pure-noise feature, a feature the labels
+    and the clicks ignore (0: the production ranker's order).
+    """
+
+    __test__ = False  # not a pytest class
+    name: str
+    noise: float
+    ranker: str
+    junk: float
+    boost: float
+
+    def queryset(self, n_queries: int = 300, copies: int = 2) -> QuerySet:
+        return basis_queryset(n_queries=n_queries, copies=copies, noise=self.noise)
+
+    def over(self, copies: int = 2) -> dict:
+        """Experiment overrides: the ranker and, with a boost, the logging policy (column 4 copies = the first
+        pure-noise feature of ``basis_queryset``)."""
+        out = {"ranker": self.ranker}
+        if self.boost:
+            out["logging_boost"] = {"column": 4 * copies, "weight": self.boost}
+        return out
+
+
+BEDS = {
+    # the first test bed: linear rankers on noisy features, production logging. No room for the claim (cause 3)
+    "linear_noisy": TestBed("linear_noisy", noise=1.0, ranker="linear", junk=0.15, boost=0.0),
+    # an MLP ranker (as ULTRA's) on features that carry r(y) well, logging that also promotes an irrelevant
+    # feature (confounds the logged position with something the scalar propensities cannot explain), and a
+    # stronger "anything but junk" component (misspecifies Affine's one R per document)
+    "confounded_mlp": TestBed("confounded_mlp", noise=0.35, ranker="mlp", junk=0.3, boost=1.5),
+}
+
+
 def trust_bias_config(n_sessions: int = 200_000, ranker: str = "linear", **over) -> dict:
     """Graded trust bias as in the Vectorization paper (Eq. 12-13): Joachims theta, eps+ = 1 - (k+1)/100,
     eps- = 0.65/k, gamma_y = (2^(y-1) - 1)/(2^(y_max-1) - 1); a 2-dimensional vector EH."""
@@ -336,7 +375,7 @@ def trust_bias_config(n_sessions: int = 200_000, ranker: str = "linear", **over)
 
 
 def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: float = 0.01, old_schedule=(3,),
-                     log=None, over=None, pbm: bool = True, trust: bool = True) -> dict:
+                     log=None, over=None, pbm: bool = True, trust: bool = True, junk: float = 0.15) -> dict:
     """The vector-EH checks of issue 11 on ``qs`` (paired over ``seeds``), as claims and raw per-seed figures.
 
     * d in ``dims``: Vectorization (true d) against every scalar estimator and Affine (one-sided paired t);
@@ -349,7 +388,7 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
     over = over or {}
     claims, raw = [], {}
     for d in dims:
-        model = vector_eh(d)
+        model = vector_eh(d, junk=junk)
         cfg = vector_eh_config(model, n_sessions, **over)
         res = compare(qs, cfg, seeds, ("vectorization",) + SCALAR, log=log)
         rec = [subspace_r2(model.observation, np.asarray(o)) for o in res["observation"]]
@@ -423,3 +462,48 @@ def _trust_check(qs, seeds, n_sessions, margin, over, raw, log) -> list:
     return [{"paper": "Vectorization", "setting": "trust bias, d=2",
              "claim": f"Vectorization (d=2) = Affine within {margin} NDCG@10", **t,
              "verdict": equivalence_verdict(t)}]
+
+
+def run_checks(bed: str, seeds, n_queries: int = 300, n_sessions: int = 200_000, dims=(3, 2), margin: float = 0.01,
+               old_schedule=(), log=print) -> dict:
+    """``vector_eh_checks`` on the test bed ``BEDS[bed]``, with the bed's and sizes' description."""
+    tb = BEDS[bed]
+    out = vector_eh_checks(tb.queryset(n_queries), list(seeds), n_sessions, tuple(dims), margin, tuple(old_schedule),
+                           log=log, over=tb.over(), junk=tb.junk)
+    return {**out, "bed": dataclasses.asdict(tb), "seeds": [int(s) for s in seeds], "n_queries": int(n_queries),
+            "n_sessions": int(n_sessions)}
+
+
+def main(argv=None) -> dict:
+    """python -m ltrjax.offline.fidelity --bed confounded_mlp --seeds 100:110 --queries 600 --out FILE.json"""
+    import argparse
+    import json
+    import pathlib
+    import subprocess
+    import sys
+    import time
+
+    ap = argparse.ArgumentParser(description="Vectorization's vector-EH checks on one test bed (issue 11)")
+    ap.add_argument("--bed", choices=sorted(BEDS), default="confounded_mlp")
+    ap.add_argument("--seeds", default="0:5", help="START:STOP (a range) or a comma list")
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--sessions", type=int, default=200_000)
+    ap.add_argument("--dims", default="3,2")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    seeds = range(*map(int, a.seeds.split(":"))) if ":" in a.seeds else [int(s) for s in a.seeds.split(",")]
+    t0 = time.time()
+    res = run_checks(a.bed, seeds, a.queries, a.sessions, tuple(int(d) for d in a.dims.split(",")),
+                     log=lambda m: print(m, flush=True))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    res.update(command="python -m ltrjax.offline.fidelity " + " ".join(argv if argv is not None else sys.argv[1:]),
+               commit=commit, seconds=time.time() - t0)
+    pathlib.Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(a.out).write_text(json.dumps(res, indent=1, default=float))
+    for c in res["claims"]:
+        print(f"{c['setting']}: {c['claim']}: {c['verdict']} (p={c.get('p_value')})")
+    return res
+
+
+if __name__ == "__main__":
+    main()
