@@ -1,6 +1,7 @@
 """LambdaMART-style gradient-boosted trees for the offline estimators (``ranker: lambdamart``; PRS §5.1).
 
-PRS-LambdaMART (PRS Eq. 12-13) replaces LambdaMART's lambda gradients by the PRS-weighted pairwise ones.
+PRS-LambdaMART (PRS §5.1, its unnumbered lambda equations) weights LambdaMART's lambda gradients by
+theta_j / theta_i.
 Here every estimator keeps its own JAX loss L(s) (PRS Eq. 9/11, IPS Eq. 6, ...) evaluated on a
 *pass-through* scorer whose input already is the score (``rankers.ScoreInput``), and LightGBM grows
 the trees on its derivatives with respect to the scores (a custom objective), so naive / IPS / PNS / PRS /
@@ -11,7 +12,7 @@ PRS-lambda and the labeled losses all train trees with no per-estimator code:
   sum of per-list terms, so a one-hot tangent at slot k of every list gives column k of every list's block).
   For the pairwise logistic losses L = sum w_ij log(1 + exp(-(s_i - s_j))) this is
   h_i = sum_j (w_ij + w_ji) rho_ij (1 - rho_ij), rho_ij = sigma(-(s_i - s_j)): LambdaMART's own Newton
-  step (Burges 2010, Eq. 9-10; PRS Eq. 12 with lambda_ij = w_ij d l_ij / d s_i).
+  step (Burges 2010, MSR-TR-2010-82, "LambdaMART"; sigma = 1, |Delta Z_ij| inside w_ij for ``prs_lambda``).
 
 Both are multiplied by the number of lists, i.e. the loss is a sum over lists (LambdaMART's sum over queries)
 rather than a mean over sessions; the Newton step -sum g / sum h of a leaf does not change, LightGBM's
@@ -216,6 +217,6 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
                         callbacks=[select])
     if validate is None:
         best.update(vali=0.0, round=history["epochs"])
-    params = {"trees": tree_arrays(booster, best["round"], max_rounds, int(opts["num_leaves"]))}  # (after early stopping LightGBM keeps best_iteration)
+    params = {"trees": tree_arrays(booster, best["round"], max_rounds, int(opts["num_leaves"]))}
     history.update(best_vali=best["vali"], best_epoch=best["round"], seconds=time.perf_counter() - t0)
     return FitResult(params=params, state=state, history=history)
