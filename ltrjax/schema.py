@@ -613,6 +613,7 @@ def register_offline_kind(kind: str, defaults: dict, checks: dict | None = None,
 
 
 def _register_fidelity() -> None:
+    from ltrjax.offline.fidelity import BEDS
     from ltrjax.offline.fidelity_experiment import FIDELITY_DEFAULTS, VEC_SETTINGS
 
     register_offline_kind("offline_fidelity", FIDELITY_DEFAULTS, {
@@ -622,6 +623,7 @@ def _register_fidelity() -> None:
         "vectorization.ranker": [OneOf(("linear", "mlp"))], "vectorization.dims": [Each(Range(1))],
         "vectorization.settings": [Each(OneOf(VEC_SETTINGS))], "prs.ranker": [OneOf(RANKERS)],
         "prs.noise": [Each(Range(0, 1))], "prs.assumed_eta": [Each(Range(0))], "vector_eh.seeds": [Range(0)],
+        "vector_eh.bed": [OneOf(tuple(BEDS))], "vector_eh.first_seed": [Range(0)], "vector_eh.n_queries": [Range(1)],
     }, {"train": TrainConfig, "estimator_options": Optional[Dict[str, Any]]})
 
 

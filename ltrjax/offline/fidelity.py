@@ -493,9 +493,9 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     seeds = range(*map(int, a.seeds.split(":"))) if ":" in a.seeds else [int(s) for s in a.seeds.split(",")]
     t0 = time.time()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = run_checks(a.bed, seeds, a.queries, a.sessions, tuple(int(d) for d in a.dims.split(",")),
                      log=lambda m: print(m, flush=True))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     res.update(command="python -m ltrjax.offline.fidelity " + " ".join(argv if argv is not None else sys.argv[1:]),
                commit=commit, seconds=time.time() - t0)
     pathlib.Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,8 @@ FIDELITY_DEFAULTS = {
                       "settings": ["tiangong", "trust_bias"]},
     "prs": {"ranker": "linear", "estimators": ["naive", "ips", "pns", "prs"], "noise": [0.0, 0.1, 0.2, 0.3],
             "assumed_eta": [0.5, 1.0, 1.5, 2.0]},
-    "vector_eh": {"seeds": 5, "n_queries": 300, "n_sessions": 200_000, "dims": [3, 2], "old_schedule": [3]},
+    "vector_eh": {"bed": "confounded_mlp", "seeds": 10, "first_seed": 100, "n_queries": 600, "n_sessions": 200_000,
+                  "dims": [3, 2], "old_schedule": []},
     "train": {"batch_size": 64, "optimizer": "adam", "learning_rate": 0.01, "clip_norm": 5.0, "weight_decay": 0.0,
               "max_epochs": 300, "patience": 30, "eval_every": 1},
 }
@@ -294,22 +295,23 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
         results.update(tables=tables, d_sweep=sweep)
         results["claims"] += claims
         save()
-    if fx.get("prs"):
+    if fx.get("prs") and fx["prs"].get("estimators"):  # prs.estimators=[] skips the PRS part
         sweeps, claims = prs_part(qs, fx, log)
         results["prs"] = sweeps
         results["claims"] += claims
         save()
     vx = fx.get("vector_eh")
     if vx and int(vx.get("seeds", 0)) > 0:
-        basis = F.basis_queryset(n_queries=int(vx["n_queries"]), noise=1.0)
-        chk = F.vector_eh_checks(basis, list(range(int(vx["seeds"]))), int(vx["n_sessions"]), tuple(vx["dims"]),
-                                 float(fx["margin"]), tuple(vx["old_schedule"]), log=log,
-                                 over={"train": fx["train"], "estimator_options": fx["estimator_options"]})
+        tb = F.BEDS[vx["bed"]]
+        seeds = list(range(int(vx["first_seed"]), int(vx["first_seed"]) + int(vx["seeds"])))
+        over = {**tb.over(), "train": fx["train"], "estimator_options": fx["estimator_options"]}
+        chk = F.vector_eh_checks(tb.queryset(int(vx["n_queries"])), seeds, int(vx["n_sessions"]), tuple(vx["dims"]),
+                                 float(fx["margin"]), tuple(vx["old_schedule"]), log=log, over=over, junk=tb.junk)
         for c in chk["claims"]:
-            c["setting"] = f"basis_queryset({vx['n_queries']} queries), {c['setting']}"
+            c["setting"] = f"{vx['bed']} bed, basis_queryset({vx['n_queries']} queries), {c['setting']}"
         results["claims"] += chk["claims"]
         results["vector_eh"] = chk["raw"]
-        results["sizes"]["vector_eh"] = {k: vx[k] for k in ("seeds", "n_queries", "n_sessions")}
+        results["sizes"]["vector_eh"] = {k: vx[k] for k in ("bed", "seeds", "first_seed", "n_queries", "n_sessions")}
     save()
     results = E._jsonable(results)
     plot(results, out_dir)

@@ -1,0 +1,12 @@
+# Record of a one-off run (README "Offline fidelity"), kept with its output for traceability; run from the repo root
+# with the venv active at the commit named in confounded.md. Not part of the package and not maintained.
+import json, numpy as np
+from ltrjax.offline import fidelity as F
+tb = F.BEDS["confounded_mlp"]
+qs = tb.queryset(600)
+cfg = F.vector_eh_config(F.vector_eh(3, junk=tb.junk), 200_000, **{**tb.over(), "estimator_options": {"vec_dim": 3, "naive_form": "listwise", "ips_form": "listwise", "affine_clip_negative": False}})
+res = F.compare(qs, cfg, range(100, 110), ("affine",), log=print)
+json.dump(res, open("docs/results/fidelity_vector_eh/affine_clip/vector_eh_d3_unclipped.json", "w"))
+r = json.load(open("docs/results/fidelity_vector_eh/confounded_mlp.json"))["raw"]["vector_eh_d3"]
+print("noclip", np.mean(res["affine"]), "clip", np.mean(r["affine"]), "vec", np.mean(r["vectorization"]))
+print(F.paired_test(r["vectorization"], res["affine"]))
