@@ -132,7 +132,7 @@ def test_nonlinear_relevance_is_an_interaction_no_linear_ranker_sees():
     np.testing.assert_array_equal(plain.features, generate_synthetic({**params, "nonlinear": 0.0}, seed=1).features)
     qs = generate_synthetic({**params, "nonlinear": 0.6}, seed=1)
     ids_a, ids_b = qs.info["interaction_feature_ids"]
-    assert len(ids_a) == len(ids_b) == 3 and not set(ids_a) & set(ids_b)
+    assert len(ids_a) == len(ids_b) == 10 and not set(ids_a) & set(ids_b)
     assert qs.bm25_column + 1 not in ids_a + ids_b
     for data, gain in ((qs, 0.05), (plain, None)):
         x = data.features.astype(np.float64)

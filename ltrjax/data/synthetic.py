@@ -50,7 +50,7 @@ class SyntheticParams:
     # share of the latent relevance variance that is an interaction a*b of two per-document factors, each
     # carried by ``interaction_features`` features: invisible to a linear ranker, learnable by an MLP
     nonlinear: float = 0.0
-    interaction_features: int = 3
+    interaction_features: int = 10
 
     @property
     def y_max(self) -> int:
