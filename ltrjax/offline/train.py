@@ -1,12 +1,11 @@
-"""The offline estimators' fit: one compiled program per estimator and data shape.
+"""The one training loop shared by every offline estimator.
 
-An epoch is a pure function: a random permutation of the training rows (logged or labeled
+An epoch is one jitted function: a random permutation of the training rows (logged or labeled
 queries) is cut into minibatches and ``lax.scan`` runs the optimizer over them; padded batch
-rows are zeroed so they contribute nothing. The epochs run in ``ltrjax.models.fit_loop.early_stopped``,
-the loop the online retraining shares (``ltrjax.models.train``): validation NDCG (``make_validator``,
-computed inside the program) after each epoch, the best parameters kept, early stopping with
+rows are zeroed so they contribute nothing. A host loop over jitted epochs evaluates the
+validation metric after each epoch and keeps the best parameters (early stopping with
 ``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze and joint
-phases; ``Estimator.select_from`` is the step from which validation may already select a checkpoint.
+phases; ``Estimator.select_from`` is the step from which validation may already select a checkpoint).
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ from typing import Annotated
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from ltrjax.constraints import NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields, strict_fields
-from ltrjax.models import fit_loop, optim
+from ltrjax.models import optim
 from ltrjax.offline.estimators.base import Estimator
-from ltrjax.offline.evaluate import _ndcg_sum
 
 
 def optimizer_names() -> tuple[str, ...]:
@@ -72,9 +69,13 @@ def _mask_rows(a, valid):
     return a & v if a.dtype == jnp.bool_ else a * v.astype(a.dtype)
 
 
+@functools.lru_cache(maxsize=64)
 def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
-    """(epoch, n_batches): epoch((params, opt_state, state), key, data) -> ((params, opt_state, state), mean loss),
-    a pure function: a random permutation of the rows cut into minibatches, ``lax.scan`` over them."""
+    """jitted epoch(params, opt_state, state, key, data) -> (params, opt_state, state, mean loss).
+
+    Memoized on (estimator, config, rows) so repeated fits reuse the compiled epoch; the 64 most recent
+    are kept, so a loop over many settings or data sizes does not keep every compiled epoch alive.
+    """
     opt = make_optimizer(cfg)
     batch_size = int(min(cfg.batch_size, n_rows))
     n_batches = -(-n_rows // batch_size)
@@ -90,57 +91,17 @@ def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
         params = optax.apply_updates(params, updates)
         return (params, opt_state, state, data), loss
 
-    def epoch(carry, key, data):
-        params, opt_state, state = carry
+    @jax.jit
+    def epoch(params, opt_state, state, key, data):
         kperm, kloss = jax.random.split(key)
         perm = jax.random.permutation(kperm, n_rows)
         idx = jnp.concatenate([perm, -jnp.ones(n_batches * batch_size - n_rows, perm.dtype)])
         idx = idx.reshape(n_batches, batch_size)
         keys = jax.random.split(kloss, n_batches)
         (params, opt_state, state, _), losses = jax.lax.scan(step, (params, opt_state, state, data), (idx, keys))
-        return (params, opt_state, state), jnp.mean(losses)
+        return params, opt_state, state, jnp.mean(losses)
 
     return epoch, n_batches
-
-
-def _ndcg_mean(estimator: Estimator, params, state, vali, k: int):
-    """Mean NDCG@k over the validation lists with a relevant document (``make_validator``, inside the program)."""
-    tot, cnt = jnp.float32(0.0), jnp.float32(0.0)
-    for features, labels, mask in vali:
-        s, c = _ndcg_sum(estimator.score(params, state, features, mask), labels, mask, k)
-        tot, cnt = tot + s, cnt + c
-    return tot / jnp.maximum(cnt, 1.0)
-
-
-def _program(estimator: Estimator, cfg: TrainConfig, n_rows: int, rule: fit_loop.Rule, k: int, host=None,
-             tick=None):
-    """The jitted fit ``(carry, key, data, vali) -> (best carry, info)``: validation NDCG@k of ``vali`` inside
-    the program, or ``host(params, state)`` called through ``jax.pure_callback`` when given; ``tick()`` is
-    called on the host after every epoch (a progress bar) when given."""
-    epoch, _ = make_epoch(estimator, cfg, n_rows)
-
-    def run_epoch(carry, key, data):
-        out = epoch(carry, key, data)
-        if tick is not None:
-            jax.debug.callback(tick)
-        return out
-
-    def score(carry, vali):
-        params, _, state = carry
-        if host is None:
-            return _ndcg_mean(estimator, params, state, vali, k)
-        return jax.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), params, state)
-
-    @jax.jit
-    def program(carry, key, data, vali):
-        return fit_loop.early_stopped(lambda c, key: run_epoch(c, key, data), lambda c: score(c, vali), carry, key,
-                                      rule, fit_loop.fold_key)
-
-    return program
-
-
-# memoized on the static settings (the 64 most recent), so repeated fits reuse the compiled program
-_cached_program = functools.lru_cache(maxsize=64)(_program)
 
 
 def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
@@ -155,39 +116,42 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
                                 progress=progress, desc=desc)
     kinit, key = jax.random.split(key)
     params, state = estimator.init(kinit, n_features, props)
-    opt_state = make_optimizer(cfg).init(params)
+    opt = make_optimizer(cfg)
+    opt_state = opt.init(params)
     n_rows = int(jax.tree_util.tree_leaves(data)[0].shape[0])
-    n_batches = make_epoch(estimator, cfg, n_rows)[1]
+    epoch, n_batches = make_epoch(estimator, cfg, n_rows)
     min_epochs = max(cfg.min_epochs, -(-estimator.min_steps // n_batches))
     max_epochs = max(cfg.max_epochs, min_epochs)
     # first validated epoch: checkpoints are selected from here on, stopping waits for min_epochs
     first = min_epochs if estimator.select_from is None else min(
         max(cfg.min_epochs, -(-estimator.select_from // n_batches)), min_epochs)
-    rule = fit_loop.Rule(max_epochs=max_epochs, patience=cfg.patience, min_epochs=min_epochs, first=first,
-                         every=max(cfg.eval_every, 1), keep_last=validate is None)
-    bar = None
+    best = (-float("inf"), params, state, 0)
+    history = {"loss": [], "vali": [], "n_batches": n_batches}
+    bad = 0
+    t0 = time.perf_counter()
+    it = range(max_epochs)
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=max_epochs, desc=desc or estimator.name, leave=False)
-    buckets = getattr(validate, "buckets", None)
-    vali = () if buckets is None else tuple(
-        (jnp.asarray(b.features), jnp.asarray(b.labels), jnp.asarray(b.mask)) for b in buckets)
-    k = 0 if buckets is None else int(validate.k)
-    host = None if validate is None or buckets is not None else (lambda p, s: np.float32(validate(p, s)))
-    if host is None and bar is None:  # make_validator (NDCG inside the program) or none (the last epoch)
-        program = _cached_program(estimator, cfg, n_rows, rule, k)
-    else:  # a host validator (called at the validated epochs) or a progress bar: compiled for this call
-        program = _program(estimator, cfg, n_rows, rule, k, host, None if bar is None else (lambda: bar.update(1)))
-    t0 = time.perf_counter()
-    (params, _, state), info = program((params, opt_state, state), key, data, vali)
-    epochs = int(info["epochs"])
-    if bar is not None:
-        bar.close()
-    scores = np.asarray(info["scores"])[1:epochs + 1]
-    history = {"loss": np.asarray(info["losses"])[:epochs].astype(float).tolist(), "n_batches": n_batches,
-               "vali": [] if validate is None else scores[~np.isnan(scores)].astype(float).tolist(),
-               "best_vali": float(info["best_score"]), "best_epoch": int(info["best_epoch"]), "epochs": epochs,
-               "seconds": time.perf_counter() - t0}
-    return FitResult(params=params, state=state, history=history)
-
+        it = tqdm(it, desc=desc or estimator.name, leave=False)
+    for ep in it:
+        params, opt_state, state, loss = epoch(params, opt_state, state, jax.random.fold_in(key, ep), data)
+        history["loss"].append(float(loss))
+        if validate is None:
+            best = (0.0, params, state, ep + 1)
+            continue
+        if ep + 1 < first:  # not validated (e.g. Vectorization's frozen observations)
+            continue
+        if (ep + 1 - first) % max(cfg.eval_every, 1) and ep + 1 < max_epochs:
+            continue
+        v = float(validate(params, state))
+        history["vali"].append(v)
+        if ep + 1 == first or v > best[0]:
+            best, bad = (v, params, state, ep + 1), 0
+        else:
+            bad += max(cfg.eval_every, 1)
+            if bad >= cfg.patience and ep + 1 >= min_epochs:  # forced phase: validated, never stopped
+                break
+    history.update(best_vali=best[0], best_epoch=best[3], epochs=len(history["loss"]),
+                   seconds=time.perf_counter() - t0)
+    return FitResult(params=best[1], state=best[2], history=history)
