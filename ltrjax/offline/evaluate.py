@@ -60,6 +60,16 @@ def _ndcg_sum(scores, labels, mask, k: int = 10):
     return jnp.sum(jnp.where(has, nd, 0.0)), jnp.sum(has)
 
 
+def mean_ndcg(scores, buckets, k: int = 10) -> float:
+    """Mean NDCG@k over the queries of ``buckets`` with a relevant document, ranking by ``scores`` (one array
+    per bucket, shaped like its mask)."""
+    tot, cnt = 0.0, 0.0
+    for s, b in zip(scores, buckets):
+        a, c = _ndcg_sum(s, b.labels, b.mask, k)
+        tot, cnt = tot + float(a), cnt + float(c)
+    return tot / max(cnt, 1.0)
+
+
 def make_validator(estimator, buckets, k: int = 10):
     """validate(params, state) -> mean NDCG@k over validation queries with a relevant document.
 
@@ -69,11 +79,7 @@ def make_validator(estimator, buckets, k: int = 10):
     score = jitted_score(estimator)
 
     def validate(params, state):
-        tot, cnt = 0.0, 0.0
-        for b in buckets:
-            s, c = _ndcg_sum(score(params, state, b.features, b.mask), b.labels, b.mask, k)
-            tot, cnt = tot + float(s), cnt + float(c)
-        return tot / max(cnt, 1.0)
+        return mean_ndcg([score(params, state, b.features, b.mask) for b in buckets], buckets, k)
 
     validate.buckets, validate.k = buckets, k
     return validate

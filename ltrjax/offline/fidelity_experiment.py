@@ -302,11 +302,10 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
         save()
     vx = fx.get("vector_eh")
     if vx and int(vx.get("seeds", 0)) > 0:
-        tb = F.BEDS[vx["bed"]]
-        seeds = list(range(int(vx["first_seed"]), int(vx["first_seed"]) + int(vx["seeds"])))
-        over = {**tb.over(), "train": fx["train"], "estimator_options": fx["estimator_options"]}
-        chk = F.vector_eh_checks(tb.queryset(int(vx["n_queries"])), seeds, int(vx["n_sessions"]), tuple(vx["dims"]),
-                                 float(fx["margin"]), tuple(vx["old_schedule"]), log=log, over=over, junk=tb.junk)
+        seeds = range(int(vx["first_seed"]), int(vx["first_seed"]) + int(vx["seeds"]))
+        chk = F.run_checks(vx["bed"], seeds, int(vx["n_queries"]), int(vx["n_sessions"]), vx["dims"],
+                           float(fx["margin"]), vx["old_schedule"], log=log,
+                           over={"train": fx["train"], "estimator_options": fx["estimator_options"]})
         for c in chk["claims"]:
             c["setting"] = f"{vx['bed']} bed, basis_queryset({vx['n_queries']} queries), {c['setting']}"
         results["claims"] += chk["claims"]

@@ -163,8 +163,8 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
     """
     import lightgbm as lgb
 
-    from ltrjax.offline.evaluate import _ndcg_sum
-    from ltrjax.offline.train import FitResult
+    from ltrjax.offline.evaluate import mean_ndcg
+    from ltrjax.offline.train import Checkpointing, FitResult
 
     del progress, desc
     _, state = estimator.init(key, n_features, props)
@@ -185,38 +185,33 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
                                   label=np.zeros(sizes[-1]), reference=train)]
 
         def feval(preds, _):  # the validator's NDCG@k, from LightGBM's running validation scores
-            tot, cnt = 0.0, 0.0
+            scores = []
             for b, lo, hi in zip(buckets, sizes[:-1], sizes[1:]):
                 s = np.zeros(np.asarray(b.mask).shape, np.float32)
                 s[np.asarray(b.mask)] = preds[lo:hi]
-                a, c = _ndcg_sum(jnp.asarray(s), b.labels, b.mask, validate.k)
-                tot, cnt = tot + float(a), cnt + float(c)
-            return f"ndcg@{validate.k}", tot / max(cnt, 1.0), True
+                scores.append(jnp.asarray(s))
+            return f"ndcg@{validate.k}", mean_ndcg(scores, buckets, validate.k), True
 
     max_rounds = max(cfg.max_epochs, cfg.min_epochs)
-    best = {"vali": -float("inf"), "round": max_rounds, "bad": 0}
+    stopping = Checkpointing(first=cfg.min_epochs, every=max(cfg.eval_every, 1), patience=cfg.patience,
+                             min_epochs=cfg.min_epochs, max_epochs=max_rounds, best_epoch=max_rounds)
 
     def select(env):  # train.fit's checkpoint selection and early stopping, one round = one epoch
         r = env.iteration + 1
         history["epochs"] = r
-        if not env.evaluation_result_list or r < cfg.min_epochs:
-            return
-        if (r - cfg.min_epochs) % max(cfg.eval_every, 1) and r < max_rounds:
+        if not env.evaluation_result_list or not stopping.validates(r):
             return
         v = env.evaluation_result_list[0][2]
         history["vali"].append(v)
-        if r == cfg.min_epochs or v > best["vali"]:
-            best.update(vali=v, round=r, bad=0)
-        else:
-            best["bad"] += max(cfg.eval_every, 1)
-            if best["bad"] >= cfg.patience:
-                raise lgb.callback.EarlyStopException(best["round"] - 1, [("valid_0", "ndcg", best["vali"], True)])
+        if stopping.update(r, v)[1]:
+            raise lgb.callback.EarlyStopException(stopping.best_epoch - 1,
+                                                  [("valid_0", "ndcg", stopping.best_value, True)])
 
     t0 = time.perf_counter()
     booster = lgb.train(lgb_params, train, num_boost_round=max_rounds, valid_sets=valid_sets, feval=feval,
                         callbacks=[select])
     if validate is None:
-        best.update(vali=0.0, round=history["epochs"])
-    params = {"trees": tree_arrays(booster, best["round"], max_rounds, int(opts["num_leaves"]))}
-    history.update(best_vali=best["vali"], best_epoch=best["round"], seconds=time.perf_counter() - t0)
+        stopping.best_value, stopping.best_epoch = 0.0, history["epochs"]
+    params = {"trees": tree_arrays(booster, stopping.best_epoch, max_rounds, int(opts["num_leaves"]))}
+    history.update(best_vali=stopping.best_value, best_epoch=stopping.best_epoch, seconds=time.perf_counter() - t0)
     return FitResult(params=params, state=state, history=history)

@@ -104,6 +104,37 @@ def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
     return epoch, n_batches
 
 
+@dataclasses.dataclass
+class Checkpointing:
+    """The offline protocol's checkpoint selection and early stopping, epoch by epoch (``fit``; the tree
+    ensembles' boosting rounds, ``ltrjax.offline.gbdt``).
+
+    Epochs ``first, first + every, ...`` and ``max_epochs`` are validated; the first validated epoch is kept
+    whatever its score, later ones only when better; training stops once ``patience`` epochs passed without a
+    better score, but not before ``min_epochs``.
+    """
+
+    first: int
+    every: int
+    patience: int
+    min_epochs: int
+    max_epochs: int
+    best_value: float = -float("inf")
+    best_epoch: int = 0
+    bad: int = 0
+
+    def validates(self, epoch: int) -> bool:
+        return epoch >= self.first and ((epoch - self.first) % self.every == 0 or epoch >= self.max_epochs)
+
+    def update(self, epoch: int, value: float) -> tuple[bool, bool]:
+        """Record the validation ``value`` after ``epoch`` epochs: (keep this checkpoint, stop training)."""
+        if epoch == self.first or value > self.best_value:
+            self.best_value, self.best_epoch, self.bad = value, epoch, 0
+            return True, False
+        self.bad += self.every
+        return False, self.bad >= self.patience and epoch >= self.min_epochs  # forced phase: never stopped
+
+
 def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         validate: Callable | None = None, props=None, progress: bool = False, desc: str = "") -> FitResult:
     """Train ``estimator`` on ``data`` (a ClickBatch/LabeledBatch with leading axis = row).
@@ -125,9 +156,10 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
     # first validated epoch: checkpoints are selected from here on, stopping waits for min_epochs
     first = min_epochs if estimator.select_from is None else min(
         max(cfg.min_epochs, -(-estimator.select_from // n_batches)), min_epochs)
+    stopping = Checkpointing(first=first, every=max(cfg.eval_every, 1), patience=cfg.patience, min_epochs=min_epochs,
+                             max_epochs=max_epochs)
     best = (-float("inf"), params, state, 0)
     history = {"loss": [], "vali": [], "n_batches": n_batches}
-    bad = 0
     t0 = time.perf_counter()
     it = range(max_epochs)
     if progress:
@@ -140,18 +172,15 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         if validate is None:
             best = (0.0, params, state, ep + 1)
             continue
-        if ep + 1 < first:  # not validated (e.g. Vectorization's frozen observations)
-            continue
-        if (ep + 1 - first) % max(cfg.eval_every, 1) and ep + 1 < max_epochs:
+        if not stopping.validates(ep + 1):  # e.g. Vectorization's frozen observations
             continue
         v = float(validate(params, state))
         history["vali"].append(v)
-        if ep + 1 == first or v > best[0]:
-            best, bad = (v, params, state, ep + 1), 0
-        else:
-            bad += max(cfg.eval_every, 1)
-            if bad >= cfg.patience and ep + 1 >= min_epochs:  # forced phase: validated, never stopped
-                break
+        keep, stop = stopping.update(ep + 1, v)
+        if keep:
+            best = (v, params, state, ep + 1)
+        if stop:
+            break
     history.update(best_vali=best[0], best_epoch=best[3], epochs=len(history["loss"]),
                    seconds=time.perf_counter() - t0)
     return FitResult(params=best[1], state=best[2], history=history)
