@@ -1,7 +1,8 @@
-"""One jitted training loop: minibatch epochs with optax and early stopping on a validation loss.
+"""The online retraining fits: minibatch epochs with optax and early stopping on a validation loss.
 
-The whole fit — shuffling, the ``lax.scan`` over minibatches, validation, keeping the best
-parameters, the patience counter — is one compiled ``lax.while_loop``; no Python DataLoader.
+The whole fit — shuffling, the minibatch loop, validation, keeping the best parameters, the patience
+counter — is one compiled program: the epochs run in ``ltrjax.models.fit_loop.early_stopped``, the loop the
+offline estimators share (``ltrjax.offline.train``, driven from the host there); no Python DataLoader.
 Example arrays are padded (weight 0) to a fixed size — ideally every document that could ever be
 trained on — and each epoch runs only the minibatches that hold real examples, so a growing
 training set neither recompiles nor pays for its padding.
@@ -21,7 +22,7 @@ import optax
 
 from ltrjax.constraints import (NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields,
                                 strict_fields)
-from ltrjax.models import optim
+from ltrjax.models import fit_loop, optim
 
 PyTree = Any
 LossFn = Callable[[PyTree, Mapping[str, jax.Array]], jax.Array]  # per-example losses [B]
@@ -116,6 +117,10 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
 
     grad_fn = jax.value_and_grad(batch_loss)
     full_batch = cfg.optimizer == "lbfgs"
+    # validate the initial parameters and after every epoch; patience + 1 validations without improvement stop the
+    # fit after one more epoch (the loop's original form, kept so results do not change)
+    rule = fit_loop.Rule(max_epochs=int(cfg.max_epochs), patience=int(cfg.patience) + 1, first=0, initial=True,
+                         grace=1)
 
     def fit(params, train, val, key):
         n = train["weight"].shape[0]
@@ -146,27 +151,15 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
 
             return jax.lax.fori_loop(0, n_batches, step, (params, opt_state))
 
-        def cond(carry):
-            i, _, _, _, _, since_best, _ = carry
-            return (i < cfg.max_epochs) & (since_best <= cfg.patience)
+        def run_epoch(carry, key):
+            return (lbfgs_step if full_batch else epoch)(*carry, key), None
 
-        def body(carry):
-            i, params, opt_state, best_params, best_loss, since_best, key = carry
-            key, k_epoch = jax.random.split(key)
-            val_loss = batch_loss(params, val)
-            improved = val_loss < best_loss
-            best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), params, best_params)
-            best_loss = jnp.where(improved, val_loss, best_loss)
-            since_best = jnp.where(improved, 0, since_best + 1)
-            params, opt_state = (lbfgs_step if full_batch else epoch)(params, opt_state, k_epoch)
-            return i + 1, params, opt_state, best_params, best_loss, since_best, key
+        def score(carry):
+            return -batch_loss(carry[0], val)
 
-        init = (0, params, tx.init(params), params, jnp.inf, 0, key)
-        epochs, params, _, best_params, best_loss, _, _ = jax.lax.while_loop(cond, body, init)
-        final_loss = batch_loss(params, val)
-        improved = final_loss < best_loss
-        best_params = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), params, best_params)
-        return best_params, {"epochs": epochs, "val_loss": jnp.minimum(final_loss, best_loss),
+        best_params, info = fit_loop.early_stopped(run_epoch, score, (params, tx.init(params)), key, rule,
+                                                   keep=lambda carry: carry[0])
+        return best_params, {"epochs": info["epochs"], "val_loss": -info["best_score"],
                              "train_loss": batch_loss(best_params, train)}
 
     return fit

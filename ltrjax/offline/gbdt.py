@@ -164,7 +164,8 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
     import lightgbm as lgb
 
     from ltrjax.offline.evaluate import mean_ndcg
-    from ltrjax.offline.train import Checkpointing, FitResult
+    from ltrjax.models.fit_loop import HostStopping, Rule
+    from ltrjax.offline.train import FitResult
 
     del progress, desc
     _, state = estimator.init(key, n_features, props)
@@ -193,10 +194,10 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
             return f"ndcg@{validate.k}", mean_ndcg(scores, buckets, validate.k), True
 
     max_rounds = max(cfg.max_epochs, cfg.min_epochs)
-    stopping = Checkpointing(first=cfg.min_epochs, every=max(cfg.eval_every, 1), patience=cfg.patience,
-                             min_epochs=cfg.min_epochs, max_epochs=max_rounds, best_epoch=max_rounds)
+    stopping = HostStopping(Rule(first=cfg.min_epochs, every=max(cfg.eval_every, 1), patience=cfg.patience,
+                                 min_epochs=cfg.min_epochs, max_epochs=max_rounds), best_epoch=max_rounds)
 
-    def select(env):  # train.fit's checkpoint selection and early stopping, one round = one epoch
+    def select(env):  # the fit loop's checkpoint selection and early stopping (models/fit_loop), a round = an epoch
         r = env.iteration + 1
         history["epochs"] = r
         if not env.evaluation_result_list or not stopping.validates(r):

@@ -1,9 +1,10 @@
-"""The one training loop shared by every offline estimator.
+"""The training of every offline estimator.
 
 An epoch is one jitted function: a random permutation of the training rows (logged or labeled
 queries) is cut into minibatches and ``lax.scan`` runs the optimizer over them; padded batch
-rows are zeroed so they contribute nothing. A host loop over jitted epochs evaluates the
-validation metric after each epoch and keeps the best parameters (early stopping with
+rows are zeroed so they contribute nothing. The epochs run in the fit loop the online retraining
+shares (``ltrjax.models.fit_loop``), driven from the host (``early_stopped_host``) because the validation
+metric (NDCG of the evaluator) is computed there; it keeps the best parameters (early stopping with
 ``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze and joint
 phases; ``Estimator.select_from`` is the step from which validation may already select a checkpoint).
 """
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from ltrjax.constraints import NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields, strict_fields
-from ltrjax.models import optim
+from ltrjax.models import fit_loop, optim
 from ltrjax.offline.estimators.base import Estimator
 
 
@@ -104,37 +105,6 @@ def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
     return epoch, n_batches
 
 
-@dataclasses.dataclass
-class Checkpointing:
-    """The offline protocol's checkpoint selection and early stopping, epoch by epoch (``fit``; the tree
-    ensembles' boosting rounds, ``ltrjax.offline.gbdt``).
-
-    Epochs ``first, first + every, ...`` and ``max_epochs`` are validated; the first validated epoch is kept
-    whatever its score, later ones only when better; training stops once ``patience`` epochs passed without a
-    better score, but not before ``min_epochs``.
-    """
-
-    first: int
-    every: int
-    patience: int
-    min_epochs: int
-    max_epochs: int
-    best_value: float = -float("inf")
-    best_epoch: int = 0
-    bad: int = 0
-
-    def validates(self, epoch: int) -> bool:
-        return epoch >= self.first and ((epoch - self.first) % self.every == 0 or epoch >= self.max_epochs)
-
-    def update(self, epoch: int, value: float) -> tuple[bool, bool]:
-        """Record the validation ``value`` after ``epoch`` epochs: (keep this checkpoint, stop training)."""
-        if epoch == self.first or value > self.best_value:
-            self.best_value, self.best_epoch, self.bad = value, epoch, 0
-            return True, False
-        self.bad += self.every
-        return False, self.bad >= self.patience and epoch >= self.min_epochs  # forced phase: never stopped
-
-
 def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         validate: Callable | None = None, props=None, progress: bool = False, desc: str = "") -> FitResult:
     """Train ``estimator`` on ``data`` (a ClickBatch/LabeledBatch with leading axis = row).
@@ -156,31 +126,25 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
     # first validated epoch: checkpoints are selected from here on, stopping waits for min_epochs
     first = min_epochs if estimator.select_from is None else min(
         max(cfg.min_epochs, -(-estimator.select_from // n_batches)), min_epochs)
-    stopping = Checkpointing(first=first, every=max(cfg.eval_every, 1), patience=cfg.patience, min_epochs=min_epochs,
-                             max_epochs=max_epochs)
-    best = (-float("inf"), params, state, 0)
-    history = {"loss": [], "vali": [], "n_batches": n_batches}
-    t0 = time.perf_counter()
-    it = range(max_epochs)
+    rule = fit_loop.Rule(max_epochs=max_epochs, patience=cfg.patience, min_epochs=min_epochs, first=first,
+                         every=max(cfg.eval_every, 1), keep_last=validate is None)
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(it, desc=desc or estimator.name, leave=False)
-    for ep in it:
-        params, opt_state, state, loss = epoch(params, opt_state, state, jax.random.fold_in(key, ep), data)
-        history["loss"].append(float(loss))
-        if validate is None:
-            best = (0.0, params, state, ep + 1)
-            continue
-        if not stopping.validates(ep + 1):  # e.g. Vectorization's frozen observations
-            continue
-        v = float(validate(params, state))
-        history["vali"].append(v)
-        keep, stop = stopping.update(ep + 1, v)
-        if keep:
-            best = (v, params, state, ep + 1)
-        if stop:
-            break
-    history.update(best_vali=best[0], best_epoch=best[3], epochs=len(history["loss"]),
-                   seconds=time.perf_counter() - t0)
-    return FitResult(params=best[1], state=best[2], history=history)
+        bar = tqdm(total=max_epochs, desc=desc or estimator.name, leave=False)
+    t0 = time.perf_counter()
+
+    def run_epoch(carry, k):
+        params, opt_state, state, loss = epoch(*carry, k, data)
+        return (params, opt_state, state), loss
+
+    best, info = fit_loop.early_stopped_host(run_epoch, lambda carry: validate(carry[0], carry[2]),
+                                             (params, opt_state, state), key, rule,
+                                             keep=lambda carry: (carry[0], carry[2]), progress=bar)
+    if bar is not None:
+        bar.close()
+    history = {"loss": info["losses"], "vali": info["scores"], "n_batches": n_batches,
+               "best_vali": info["best_score"], "best_epoch": info["best_epoch"], "epochs": info["epochs"],
+               "seconds": time.perf_counter() - t0}
+    return FitResult(params=best[0], state=best[1], history=history)

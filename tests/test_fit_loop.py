@@ -1,0 +1,122 @@
+"""The shared early-stopped loop (ltrjax/models/fit_loop.py), compiled and host-driven, against a plain Python loop
+of the same rule."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ltrjax.models import fit_loop
+
+
+def reference(scores, rule: fit_loop.Rule):
+    """(epochs, best epoch, validated epoch counts) of a fit whose score after e epochs is ``scores[e]``."""
+    every = max(rule.every, 1)
+
+    def validated(e):
+        return (e >= rule.first and (e - rule.first) % every == 0) or e == rule.max_epochs or rule.keep_last
+
+    best, best_s, bad, seen = 0, -np.inf, 0, []
+
+    def consider(e, on):  # returns whether the validation was not better
+        nonlocal best, best_s, bad
+        if not on:
+            return False
+        seen.append(e)
+        s = 0.0 if rule.keep_last else scores[e]
+        if s > best_s or e == rule.first or rule.keep_last:
+            best, best_s, bad = e, s, 0
+            return False
+        bad += every
+        return True
+
+    if rule.initial:
+        consider(0, True)
+    e, left = 0, -1
+    while e < rule.max_epochs and left != 0:
+        e += 1
+        worse = consider(e, validated(e))
+        if left > 0:
+            left -= 1
+        elif worse and bad >= rule.patience and e >= rule.min_epochs and not rule.keep_last:
+            left = rule.grace
+    return e, best, seen
+
+
+def run(tables, rule):
+    """(epochs, best epoch) of ``early_stopped`` for each row of ``tables``, all in one vmapped program (a batched
+    while_loop: every row must stop at its own epoch)."""
+
+    def one(table):
+        def epoch(carry, key):
+            return carry + 1, jnp.float32(0.0)
+
+        best, info = fit_loop.early_stopped(epoch, lambda c: table[c], jnp.int32(0), jax.random.PRNGKey(0), rule)
+        return best, info["epochs"], info["best_epoch"]
+
+    best, epochs, best_epoch = jax.jit(jax.vmap(one))(jnp.asarray(tables, jnp.float32))
+    assert np.array_equal(np.asarray(best), np.asarray(best_epoch))
+    return [(int(e), int(b)) for e, b in zip(epochs, best)]
+
+
+def run_host(table, rule):
+    """(epochs, best epoch, validated epoch counts) of ``early_stopped_host`` on one row."""
+    seen = []
+
+    def score(c):
+        seen.append(c)
+        return table[c]
+
+    best, info = fit_loop.early_stopped_host(lambda c, key: (c + 1, 0.0), score, 0, jax.random.PRNGKey(0), rule)
+    assert best == info["best_epoch"] and info["losses"] == [0.0] * info["epochs"]
+    assert info["scores"] == ([] if rule.keep_last else [table[e] for e in seen])
+    if rule.keep_last:  # never scored, every epoch validated
+        seen = list(range(1, info["epochs"] + 1))
+    return info["epochs"], info["best_epoch"], seen
+
+
+RULES = [fit_loop.Rule(max_epochs=m, patience=p, min_epochs=mi, first=f, every=ev, grace=g, initial=i)
+         for m, p, mi, f, ev, g, i in [(0, 1, 0, 0, 1, 0, True), (1, 1, 0, 1, 1, 0, False), (12, 1, 0, 1, 1, 0, False),
+                                       (12, 3, 0, 1, 1, 0, False), (12, 3, 7, 4, 3, 0, False),
+                                       (12, 2, 7, 1, 3, 0, False), (12, 3, 0, 0, 1, 1, True),
+                                       (12, 1, 0, 0, 1, 1, True), (12, 3, 7, 0, 3, 1, False),
+                                       (12, 6, 0, 4, 3, 0, False), (12, 2, 12, 12, 1, 0, False),
+                                       (12, 0, 3, 1, 1, 0, False), (12, 0, 0, 1, 2, 0, False)]]
+RULES.append(fit_loop.Rule(max_epochs=9, patience=2, keep_last=True))
+
+
+@pytest.mark.parametrize("rule", RULES, ids=range(len(RULES)))
+def test_early_stopped_matches_the_python_loop(rule):
+    rng = np.random.default_rng(0)
+    tables = np.round(rng.normal(size=(40, rule.max_epochs + 1)), 1)  # ties happen: they must not count as better
+    tables[-5:] = np.cumsum(np.abs(tables[-5:]) + 0.1, axis=1)  # always improving: runs to max_epochs
+    tables = tables.astype(np.float32)
+    expected = [reference(t, rule) for t in tables]
+    assert run(tables, rule) == [(e, b) for e, b, _ in expected]
+    host = [(e, b, seen) for e, b, seen in (run_host(t.astype(np.float64), rule) for t in tables)]
+    if rule.initial:
+        expected = [(e, b, seen[1:]) for e, b, seen in expected]  # the host loop scores epoch 0 before the loop
+        host = [(e, b, seen[1:] if seen[:1] == [0] else seen) for e, b, seen in host]
+    assert host == expected
+    if not rule.keep_last and rule.min_epochs < rule.max_epochs > 1:  # rows stop at different epochs
+        assert len({e for e, _, _ in expected}) > 1
+
+
+def test_online_form_trains_one_more_epoch_after_the_patience_runs_out():
+    """The online fits (patience P: Rule(patience=P + 1, first=0, initial=True, grace=1)) validate the initial
+    parameters, stop after P + 1 validations without improvement, then train and validate one more epoch."""
+    p = 2
+    rule = fit_loop.Rule(max_epochs=50, patience=p + 1, first=0, initial=True, grace=1)
+    scores = np.array([0.0, 1.0] + [0.5] * 48 + [2.0], np.float32)
+    ((epochs, best),) = run(scores[None], rule)
+    assert (epochs, best) == (1 + (p + 1) + 1, 1)
+    assert run_host(scores.astype(np.float64), rule) == (epochs, best, list(range(epochs + 1)))
+
+
+def test_patience_zero_stops_at_the_first_validation_that_is_not_better():
+    rule = fit_loop.Rule(max_epochs=10, patience=0)
+    scores = np.array([0, 1, 2, 3, 2.5, 4, 5, 6, 7, 8, 9], np.float32)
+    assert run(scores[None], rule) == [(4, 3)]
+    assert run_host(scores.astype(np.float64), rule) == (4, 3, [1, 2, 3, 4])
