@@ -169,6 +169,17 @@ class TrialKeys(NamedTuple):
     train: jax.Array  # retraining (folded with the segment index)
 
 
+@dataclasses.dataclass
+class PreparedSegment:
+    """One segment of every member, ready to launch (``Simulator._prepare``)."""
+
+    schedules: tuple  # per bucket: step_lib.SessionInputs with leading [members, steps, lanes] axes
+    keys: jax.Array  # [members] run keys
+    targets: list  # per trial, per bucket: (session index of every valid slot, valid mask)
+    n_sessions: int  # sessions of the segment per member
+    trial_of: np.ndarray  # trial index of every member
+
+
 def trial_keys(key: jax.Array) -> TrialKeys:
     return TrialKeys(*jax.random.split(key, 5))
 
@@ -468,9 +479,15 @@ class Simulator:
         hyper = self._shard(stack_members(hypers))
         initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
-        for seg, plan in zip(segments, plans):
-            states, *_ = self._simulate(policy, params, hyper, states, seg, plan, [t.run for t in trials], trial_of)
-        return jax.block_until_ready(states), n_main
+        run_keys = [t.run for t in trials]
+        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of)
+        for i in range(len(segments)):
+            segment = upcoming
+            states, ys = self._launch(policy, params, hyper, states, segment)
+            if i + 1 < len(segments):  # host work for the next segment while the device runs this one
+                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of)
+            self._collect(ys, segment)
+        return jax.block_until_ready(list(states)), n_main
 
     def _shard(self, tree):
         """Place a member-leading pytree sharded over the devices (unchanged on one device, or when the
@@ -481,27 +498,38 @@ class Simulator:
             return tree
         return jax.device_put(tree, sharding)
 
-    def _simulate(self, policy: Policy, params, hyper, states, draws: list[SessionDraws], plans: list,
-                  run_keys: list[jax.Array], trial_of: np.ndarray):
-        """One segment of every member (``draws``/``plans``/``run_keys`` per trial); returns states and per
-        member NDCG ``[P, n]``, shown ``[P, n, K]``, clicks and session records (leaves ``[P, n, ...]``)."""
-        n_members, n, k_top = len(trial_of), len(draws[0]), self.config.top_k
+    def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray
+                 ) -> PreparedSegment:
+        """The host side of one segment of every member (``draws``/``plans``/``run_keys`` per trial): scan
+        inputs (with the click uniforms) stacked per member, and where each output goes. It does not depend
+        on the simulation state, so the next segment is prepared while the device runs the current one."""
         per_trial = [self.schedule_inputs(d, p, k) for d, p, k in zip(draws, plans, run_keys)]
         schedules = tuple(
             jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
-        keys = jnp.stack([run_keys[t] for t in trial_of])
-        states, ys = compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
-                                                 self.data.buckets, self.gains, self.idcg, self._shard(schedules),
-                                                 self._shard(keys))
+        return PreparedSegment(schedules=self._shard(schedules),
+                               keys=self._shard(jnp.stack([run_keys[t] for t in trial_of])),
+                               targets=[targets for _, targets in per_trial], n_sessions=len(draws[0]),
+                               trial_of=trial_of)
+
+    def _launch(self, policy: Policy, params, hyper, states, segment: PreparedSegment):
+        """Dispatch one prepared segment (asynchronously): returns the new states and the device outputs."""
+        return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
+                                           self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys)
+
+    def _collect(self, ys, segment: PreparedSegment):
+        """A launched segment's outputs in session order: per member NDCG ``[P, n]``, shown ``[P, n, K]``,
+        clicks and session records (leaves ``[P, n, ...]``); blocks until the device is done."""
+        trial_of, n, k_top = segment.trial_of, segment.n_sessions, self.config.top_k
+        n_members = len(trial_of)
         ndcg = np.zeros((n_members, n), np.float32)
         shown = np.full((n_members, n, k_top), -1, np.int32)
         clicked = np.zeros((n_members, n, k_top), bool)
         records = None
-        groups = [np.flatnonzero(trial_of == t) for t in range(len(draws))]
+        groups = [np.flatnonzero(trial_of == t) for t in range(len(segment.targets))]
         for b, out in enumerate(jax.device_get(ys)):
             for t, rows in enumerate(groups):
-                target, valid = per_trial[t][1][b]
+                target, valid = segment.targets[t][b]
                 sel = (rows[:, None], target[None, :])
                 ndcg[sel] = out.ndcg[rows][:, valid]
                 shown[sel] = out.shown[rows][:, valid]
@@ -511,7 +539,15 @@ class Simulator:
                         records = jax.tree_util.tree_map(
                             lambda r: np.zeros((n_members, n) + r.shape[3:], r.dtype), out.record)
                     jax.tree_util.tree_map(lambda acc, r: acc.__setitem__(sel, r[rows][:, valid]), records, out.record)
-        return list(states), ndcg, shown, clicked, records
+        return ndcg, shown, clicked, records
+
+    def _simulate(self, policy: Policy, params, hyper, states, draws: list[SessionDraws], plans: list,
+                  run_keys: list[jax.Array], trial_of: np.ndarray):
+        """One segment of every member, prepared, launched and collected; returns states and per member NDCG
+        ``[P, n]``, shown ``[P, n, K]``, clicks and session records (leaves ``[P, n, ...]``)."""
+        segment = self._prepare(draws, plans, run_keys, trial_of)
+        states, ys = self._launch(policy, params, hyper, states, segment)
+        return (list(states), *self._collect(ys, segment))
 
     def _evaluate(self, policy: Policy, params, states, test_only: bool = False) -> dict[str, np.ndarray]:
         """Warm/Cold NDCG@K per member and global query ``[P, n_queries]``; with ``test_only`` only the test
@@ -590,12 +626,18 @@ class Simulator:
         per_query = None
         bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
                    unit="sess", disable=not progress, leave=False)
+        run_keys = [t.run for t in trials]
+        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of)
         for i, (start, stop) in enumerate(zip(starts, points + 1)):
             tic = time.perf_counter()
             params = compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
                 jax.random.fold_in(t.policy, 1), i)), params)
-            states, nd, shown, clicked, record = self._simulate(policy, params, hyper, states, segments[i], plans[i],
-                                                                [t.run for t in trials], trial_of)
+            segment = upcoming
+            states, ys = self._launch(policy, params, hyper, states, segment)
+            states = list(states)
+            if i + 1 < len(segments):  # host work for the next segment while the device runs this one
+                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of)
+            nd, shown, clicked, record = self._collect(ys, segment)
             timings["simulate"] += time.perf_counter() - tic
             session_ndcg[:, start:stop] = nd
             tic = time.perf_counter()
