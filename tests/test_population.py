@@ -173,3 +173,36 @@ def test_test_only_history_equals_evaluating_every_split(sim, ebrank):
                     assert np.isnan(a[split][m])
     for m in ("warm", "cold"):
         np.testing.assert_allclose(got.query_ndcg[m], want.query_ndcg[m], rtol=0, atol=1e-6)
+
+
+def test_narrowed_rows_equal_full_rows():
+    """A policy with ``narrow_rows`` advances only the entry slots documents can reach in the run
+    (``step.narrow_segment``): the same run with every slot gives the same sessions, counters and metrics."""
+    qs = toy_queryset(n_queries=24, min_docs=40, max_docs=90, n_features=4, seed=5)
+    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
+    config = SimConfig(sessions=300, warmup_sessions_per_query=2, n_updates=2, entry_prob=0.5, min_lanes=4,
+                       lanes_per_query=0.3)
+    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), config,
+                    warmup_policy=BM25(data))
+    warm, main = sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), 1))  # any plan: widths are per run
+    assert all(w < b.width for w, b in zip(sim.reachable_widths([main]), data.buckets))  # it does narrow here
+
+    class FullRows(EBRank):
+        narrow_rows = False
+
+    fit = {"max_epochs": 3, "patience": 1, "min_examples": 1}
+    narrow, full = EBRank(data, min_impressions=0, fit=fit), FullRows(data, min_impressions=0, fit=fit)
+    assert narrow.narrow_rows and not full.narrow_rows
+    keys, hypers = [KEYS[0], KEYS[1]], [{"epsilon": 1.0}, {"epsilon": 50.0}]
+    got = sim.run_population(narrow, keys, hypers, progress=False, keep_logs=True)
+    want = sim.run_population(full, keys, hypers, progress=False, keep_logs=True)
+    for a, b in zip(got, want):
+        assert any(info.get("epochs", 0) > 0 for info in a.train_info)  # the retrain ran on narrowed counters
+        for la, lb in zip(a.logs, b.logs):
+            for field in ("query", "shown", "clicks"):
+                np.testing.assert_array_equal(getattr(la, field), getattr(lb, field))
+        np.testing.assert_array_equal(a.session_ndcg, b.session_ndcg)
+        for sa, sb in zip(a.final_states, b.final_states):
+            for x, y in zip(jax.tree_util.tree_leaves(sa), jax.tree_util.tree_leaves(sb)):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        np.testing.assert_equal(a.eval_history, b.eval_history)  # NaN (splits not evaluated) equal NaN

@@ -178,6 +178,7 @@ class PreparedSegment:
     targets: list  # per trial, per bucket: (session index of every valid slot, valid mask)
     n_sessions: int  # sessions of the segment per member
     trial_of: np.ndarray  # trial index of every member
+    widths: tuple | None = None  # per bucket: entry slots the segment program advances (None: every slot)
 
 
 def trial_keys(key: jax.Array) -> TrialKeys:
@@ -256,7 +257,7 @@ def compiled(policy: Policy) -> dict[str, Callable]:
         evaluate_rows = functools.partial(step_lib.evaluate_rows, policy)
         programs = {
             # states are donated: the scan updates their buffers in place instead of copying them
-            "segment": jax.jit(segment, donate_argnums=3),
+            "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
             "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None))),
             "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
@@ -479,13 +480,13 @@ class Simulator:
         hyper = self._shard(stack_members(hypers))
         initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
-        run_keys = [t.run for t in trials]
-        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of)
+        run_keys, widths = [t.run for t in trials], self.reachable_widths(mains)
+        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths)
         for i in range(len(segments)):
             segment = upcoming
             states, ys = self._launch(policy, params, hyper, states, segment)
             if i + 1 < len(segments):  # host work for the next segment while the device runs this one
-                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of)
+                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths)
             self._collect(ys, segment)
         return jax.block_until_ready(list(states)), n_main
 
@@ -498,8 +499,24 @@ class Simulator:
             return tree
         return jax.device_put(tree, sharding)
 
-    def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray
-                 ) -> PreparedSegment:
+    def reachable_widths(self, runs: list[SessionDraws]) -> tuple[int, ...]:
+        """Per bucket, how many entry slots the documents of any query can fill in these sessions (each trial's
+        whole phase): the most initial documents plus the most entering sessions of one query, plus K (so even
+        the empty display slots of a list index the same slots), rounded up to a multiple of 32 (few shapes to
+        compile), at most the bucket's width."""
+        entering = np.zeros(self.data.n_queries, np.int64)
+        for draws in runs:
+            entering = np.maximum(entering, np.bincount(draws.query[draws.enter], minlength=self.data.n_queries))
+        widths = []
+        for b, bucket in enumerate(self.data.buckets):
+            queries = np.asarray(bucket.query_index)
+            most = int(entering[queries].max()) if len(queries) else 0
+            need = self.config.initial_docs[1] + most + self.config.top_k
+            widths.append(int(min(bucket.width, -(-need // 32) * 32)))
+        return tuple(widths)
+
+    def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray,
+                 widths: tuple | None = None) -> PreparedSegment:
         """The host side of one segment of every member (``draws``/``plans``/``run_keys`` per trial): scan
         inputs (with the click uniforms) stacked per member, and where each output goes. It does not depend
         on the simulation state, so the next segment is prepared while the device runs the current one."""
@@ -510,12 +527,14 @@ class Simulator:
         return PreparedSegment(schedules=self._shard(schedules),
                                keys=self._shard(jnp.stack([run_keys[t] for t in trial_of])),
                                targets=[targets for _, targets in per_trial], n_sessions=len(draws[0]),
-                               trial_of=trial_of)
+                               trial_of=trial_of, widths=widths)
 
     def _launch(self, policy: Policy, params, hyper, states, segment: PreparedSegment):
         """Dispatch one prepared segment (asynchronously): returns the new states and the device outputs."""
+        widths = segment.widths if policy.narrow_rows else None
         return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
-                                           self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys)
+                                           self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys,
+                                           widths=widths)
 
     def _collect(self, ys, segment: PreparedSegment):
         """A launched segment's outputs in session order: per member NDCG ``[P, n]``, shown ``[P, n, K]``,
@@ -545,7 +564,7 @@ class Simulator:
                   run_keys: list[jax.Array], trial_of: np.ndarray):
         """One segment of every member, prepared, launched and collected; returns states and per member NDCG
         ``[P, n]``, shown ``[P, n, K]``, clicks and session records (leaves ``[P, n, ...]``)."""
-        segment = self._prepare(draws, plans, run_keys, trial_of)
+        segment = self._prepare(draws, plans, run_keys, trial_of, self.reachable_widths(draws))
         states, ys = self._launch(policy, params, hyper, states, segment)
         return (list(states), *self._collect(ys, segment))
 
@@ -626,8 +645,8 @@ class Simulator:
         per_query = None
         bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
                    unit="sess", disable=not progress, leave=False)
-        run_keys = [t.run for t in trials]
-        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of)
+        run_keys, widths = [t.run for t in trials], self.reachable_widths([d[1] for d in draws])
+        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths)
         for i, (start, stop) in enumerate(zip(starts, points + 1)):
             tic = time.perf_counter()
             params = compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
@@ -636,7 +655,7 @@ class Simulator:
             states, ys = self._launch(policy, params, hyper, states, segment)
             states = list(states)
             if i + 1 < len(segments):  # host work for the next segment while the device runs this one
-                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of)
+                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths)
             nd, shown, clicked, record = self._collect(ys, segment)
             timings["simulate"] += time.perf_counter() - tic
             session_ndcg[:, start:stop] = nd

@@ -185,19 +185,56 @@ def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConsta
     return jax.lax.scan(body, tuple(states), tuple(schedules))
 
 
+def _narrow(a: jax.Array, width: int) -> jax.Array:
+    """The first ``width`` entry slots of member-leading ``[P, Qb+1, Db, ...]`` values."""
+    return jax.lax.slice_in_dim(a, 0, width, axis=2)
+
+
+def narrow_segment(consts: SegmentConstants, state: BucketState, width: int | None
+                   ) -> tuple[SegmentConstants, BucketState]:
+    """The segment's constants and state restricted to the first ``width`` entry slots (None: all).
+
+    Documents enter in entry order, so a query's entered documents are always its first ``n_entered`` slots;
+    when no query can have more than ``width`` entered by the end of the run, the slots beyond never score,
+    show or count, and the session step may skip them (a policy with ``narrow_rows``)."""
+    if width is None:
+        return consts, state
+    consts = consts.replace(aux=jax.tree_util.tree_map(lambda a: _narrow(a, width), consts.aux),
+                            gains=_narrow(consts.gains, width), labels=_narrow(consts.labels, width),
+                            order=_narrow(consts.order, width))
+    state = state.replace(counters=jax.tree_util.tree_map(lambda a: _narrow(a, width), state.counters),
+                          entry_session=_narrow(state.entry_session, width), order=_narrow(state.order, width))
+    return consts, state
+
+
+def widen_state(full: BucketState, narrow: BucketState, width: int | None) -> BucketState:
+    """``full`` with the slots a narrowed segment advanced (``narrow_segment``) written back."""
+    if width is None:
+        return narrow
+    put = lambda f, n: f.at[:, :, :width].set(n)  # noqa: E731
+    return full.replace(counters=jax.tree_util.tree_map(put, full.counters, narrow.counters),
+                        entry_session=put(full.entry_session, narrow.entry_session),
+                        n_entered=narrow.n_entered, issue_count=narrow.issue_count)
+
+
 def population_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
                        buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
-                       schedules: tuple[SessionInputs, ...], run_keys: jax.Array):
+                       schedules: tuple[SessionInputs, ...], run_keys: jax.Array, widths: tuple | None = None):
     """One segment of a population (leading member axis on params, hyper, states, schedules, run_keys).
 
     The per-segment constants (model scores: matrix products) are computed member by member with
     ``lax.map``, so each member's scores round exactly as they would in a population of one; the session
     scan, elementwise and gather/scatter work that rounds the same way batched or not, is ``vmap``ped.
+    ``widths`` (static, per bucket; None: full rows) restricts the scan to the entry slots documents can reach
+    in this run (``narrow_segment``).
     """
     consts = jax.lax.map(lambda m: all_segment_constants(policy, m[0], m[1], m[2], buckets, gains, idcg),
                          (params, hyper, tuple(states)))
-    return jax.vmap(functools.partial(scan_segment, policy, protocol))(consts, tuple(states), tuple(schedules),
-                                                                      run_keys)
+    widths = widths or (None,) * len(states)
+    narrowed = [narrow_segment(c, s, w) for c, s, w in zip(consts, states, widths)]
+    new, ys = jax.vmap(functools.partial(scan_segment, policy, protocol))(
+        tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
+    return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys
 
 
 def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg):

@@ -95,6 +95,9 @@ class Policy:
     name: str = "policy"
     trains: bool = False
     Hyper: type = NoHyper  # the typed traced hyper-parameters
+    # a document's session score and record depend on its own slot only (no random draw over the whole row):
+    # the simulator may then skip the entry slots no document can reach in a run (step.narrow_segment)
+    narrow_rows: bool = False
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()

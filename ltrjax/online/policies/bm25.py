@@ -12,6 +12,7 @@ class BM25(Policy):
     for BM25 on data without one (``dataset.warmup_feature``)."""
 
     name = "bm25"
+    narrow_rows = True
 
     def __init__(self, data: PaddedDataset, feature: PositiveInt | None = None, name: str | None = None):
         if feature is not None:

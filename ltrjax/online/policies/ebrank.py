@@ -76,6 +76,7 @@ class EBRankHyper:
 
 class EBRank(Policy):
     name = "ebrank"
+    narrow_rows = True
     trains = True
     Hyper = EBRankHyper
     default_fit = DEFAULT_FIT
@@ -169,6 +170,7 @@ class EBRankOnlyBehaviour(Policy):
     """Ablation: rank by the behaviour estimate C / N alone, no prior and no training; cold = 0."""
 
     name = "ebrank_only_behav"
+    narrow_rows = True
 
     def __init__(self, data: PaddedDataset, statistic: Annotated[str, OneOf(STATISTICS)] = "exposure",
                  min_denominator: Positive = 0.01, name: str | None = None):
