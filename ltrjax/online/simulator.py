@@ -573,18 +573,19 @@ class Simulator:
         queries are evaluated (the others are NaN)."""
         n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
         out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
+        launched = []  # every bucket is dispatched before the first result is waited for
         for b, bucket in enumerate(self.data.buckets):
             query = np.asarray(bucket.query_index)
             if test_only:
                 rows = self.test_rows[b]
                 if not len(rows):
                     continue
-                warm, cold = compiled(policy)["evaluate_rows"](self.protocol, params, states[b], bucket, self.gains[b],
-                                                               self.idcg[b], rows)
-                query = query[rows]
+                launched.append((query[rows], compiled(policy)["evaluate_rows"](
+                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows)))
             else:
-                warm, cold = compiled(policy)["evaluate"](self.protocol, params, states[b], bucket, self.gains[b],
-                                                          self.idcg[b])
+                launched.append((query, compiled(policy)["evaluate"](self.protocol, params, states[b], bucket,
+                                                                     self.gains[b], self.idcg[b])))
+        for query, (warm, cold) in launched:
             out["warm"][:, query] = np.asarray(warm)
             out["cold"][:, query] = np.asarray(cold)
         return out
