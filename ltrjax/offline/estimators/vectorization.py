@@ -38,6 +38,11 @@ def make(relevance_model, opts) -> Estimator:
     freeze = int(opts.get("vec_freeze", 500))
     joint = int(opts.get("vec_joint_steps", 4000))
     l2 = float(opts.get("vec_l2", 1e-3))
+    # floor of the base model's log-variance: at the end of the freeze every o_k is 1, the base model can fit
+    # mu = o exactly and Eq. 10's Gaussian NLL then drives log sigma^2 to -inf (loss unbounded below); on
+    # Yahoo!-shaped data (700 features) that overflowed exp(-log sigma^2) one epoch after the freeze, and the
+    # NaN reached every parameter through the global-norm clip (docs/results/fidelity_vec_synthetic_yahoo_mlp)
+    logvar_min = float(opts.get("vec_logvar_min", -10.0))
     # diagnostics (README "Offline fidelity"): start the o_k at given vectors, and/or never train them
     obs_init = opts.get("vec_observation_init")
     train_obs = bool(opts.get("vec_train_observation", True))
@@ -60,6 +65,7 @@ def make(relevance_model, opts) -> Estimator:
         z = jnp.sum(r * o, axis=-1)
         sup = weighted_softmax_ce(z, batch.clicks, batch.mask) / n_sessions(batch)
         mu, logvar = base.apply(params["base"], jax.lax.stop_gradient(batch.features))
+        logvar = jnp.maximum(logvar, logvar_min)
         w = jnp.where(batch.mask, batch.n_sessions[:, None], 0.0)
         per = jnp.mean((mu - jax.lax.stop_gradient(o)) ** 2 * jnp.exp(-logvar) + logvar, axis=-1)
         dens = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1e-9) + l2 * kernel_l2(params["base"])
@@ -69,7 +75,7 @@ def make(relevance_model, opts) -> Estimator:
     def score(params, state, features, mask):
         r = relevance_model.apply(params["ranker"], features)
         mu, logvar = base.apply(params["base"], features)
-        b = base_vector(mu, logvar, mask)
+        b = base_vector(mu, jnp.maximum(logvar, logvar_min), mask)
         return jnp.sum(r * b[..., None, :], axis=-1)
 
     return Estimator("vectorization", init, loss, score, min_steps=freeze + joint, select_from=freeze)
