@@ -2,13 +2,12 @@
 
 A fit trains epoch by epoch, validates some epochs, keeps the best validated parameters and stops when the
 validation score stops improving. ``Rule`` says when to validate and when to stop; ``decide`` is that rule's
-arithmetic, written once; ``step`` is one iteration of the loop (train an epoch, validate it, decide). Two
-drivers run the same ``step``:
+arithmetic, written once. Two drivers train an epoch, validate it and ``decide``, epoch by epoch:
 
 * ``early_stopped``: a ``lax.while_loop``, so the whole fit is one compiled program that can be ``vmap``ped /
   ``lax.map``ped over the members of a population (the online retraining, ``ltrjax.models.train.make_fit``,
   validated by a loss computed on the device);
-* ``early_stopped_host``: a Python loop over the same ``step`` with a jitted epoch, for fits validated on the host
+* ``early_stopped_host``: a Python loop over a jitted epoch, for fits validated on the host
   (the offline estimators, ``ltrjax.offline.train.fit``: validation NDCG by the offline evaluator). Compiling
   such a fit as one program would put the validation scoring inside every estimator's program.
   Measured at cbfd8fc, that raised the CI suite from 485 s to 696 s.
@@ -61,7 +60,7 @@ class Rule:
 
 @dataclasses.dataclass(frozen=True)
 class Ops:
-    """The array functions ``decide`` and ``step`` use: ``jnp`` inside compiled loops, NumPy on the host."""
+    """The array functions ``decide`` uses: ``jnp`` inside compiled loops, NumPy on the host."""
 
     where: Callable
     logical_not: Callable

@@ -48,6 +48,11 @@ def make(relevance_model, opts) -> Estimator:
     train_obs = bool(opts.get("vec_train_observation", True))
     base = GaussianBaseModel(dim=dim, hidden=tuple(opts.get("vec_base_hidden", (256, 64))))
 
+    def base_gaussian(params, features):
+        """(mu, log sigma^2) of the base model, the log-variance floored at ``logvar_min``."""
+        mu, logvar = base.apply(params["base"], features)
+        return mu, jnp.maximum(logvar, logvar_min)
+
     def init(key, n_features, props):
         k = props.theta.shape[0]
         k1, k2 = jax.random.split(key)
@@ -64,8 +69,7 @@ def make(relevance_model, opts) -> Estimator:
         o = jnp.where(o_frozen, jax.lax.stop_gradient(params["observation"]), params["observation"])
         z = jnp.sum(r * o, axis=-1)
         sup = weighted_softmax_ce(z, batch.clicks, batch.mask) / n_sessions(batch)
-        mu, logvar = base.apply(params["base"], jax.lax.stop_gradient(batch.features))
-        logvar = jnp.maximum(logvar, logvar_min)
+        mu, logvar = base_gaussian(params, jax.lax.stop_gradient(batch.features))
         w = jnp.where(batch.mask, batch.n_sessions[:, None], 0.0)
         per = jnp.mean((mu - jax.lax.stop_gradient(o)) ** 2 * jnp.exp(-logvar) + logvar, axis=-1)
         dens = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1e-9) + l2 * kernel_l2(params["base"])
@@ -74,8 +78,7 @@ def make(relevance_model, opts) -> Estimator:
 
     def score(params, state, features, mask):
         r = relevance_model.apply(params["ranker"], features)
-        mu, logvar = base.apply(params["base"], features)
-        b = base_vector(mu, jnp.maximum(logvar, logvar_min), mask)
+        b = base_vector(*base_gaussian(params, features), mask)
         return jnp.sum(r * b[..., None, :], axis=-1)
 
     return Estimator("vectorization", init, loss, score, min_steps=freeze + joint, select_from=freeze)
