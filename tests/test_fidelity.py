@@ -207,9 +207,14 @@ def test_long_joint_phase_recovers_observation_vectors_better(checks):
 
 @pytest.mark.slow
 def test_base_vector_is_not_what_loses(checks):
-    """Ranking by the mean of the learned o_k instead of Eq. 8's base vector changes NDCG@10 by < 0.01."""
+    """Ranking by the mean of the learned o_k instead of Eq. 8's base vector gains < 0.01 NDCG@10, and no
+    significant gain. One-sided, as the claim is: a base vector that ranks *better* than the mean o_k does not
+    make it "what loses". (It was two-sided, |mean| < 0.01, and failed at -0.0103 on a 2-core run of dab10fd,
+    i.e. the base vector ahead: per seed the difference ranges about -0.016 ... +0.005, and the same seeds give
+    -0.0029 pinned to one core and -0.0056 on two, as XLA's CPU kernels round differently with the thread count.)"""
     raw = checks["raw"]["vector_eh_d3"]
-    assert abs(np.mean(np.subtract(raw["vectorization_mean_o"], raw["vectorization"]))) < 0.01
+    assert np.mean(np.subtract(raw["vectorization_mean_o"], raw["vectorization"])) < 0.01
+    assert _claim(checks, "vector EH d=3", "mean_k o_k")["verdict"] == "does not hold"
 
 
 @pytest.mark.slow
