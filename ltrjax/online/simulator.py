@@ -480,15 +480,35 @@ class Simulator:
         hyper = self._shard(stack_members(hypers))
         initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
-        run_keys, widths = [t.run for t in trials], self.reachable_widths(mains)
+        _, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
+                                       trial_of, self.reachable_widths(mains))
+        return states, n_main
+
+    def _run_segments(self, policy: Policy, params, hyper, states, segments: list, plans: list, run_keys: list,
+                      trial_of: np.ndarray, widths: tuple | None, before: Callable | None = None,
+                      after: Callable | None = None, timings: dict | None = None):
+        """Every segment of a phase (warm-up or main), for every member: the one simulation loop (``_run_members``;
+        ``simulate_frozen`` and the warm-up use it without hooks). The next segment's host work (``_prepare``) runs
+        while the device runs the current one. ``before(i, params) -> params`` runs before segment i is launched
+        (e.g. a new dropout mask), ``after(i, params, states, outputs) -> params`` once its outputs are collected
+        (evaluation, logging, retraining); the time of everything but ``after`` is added to
+        ``timings["simulate"]``. Returns the final (params, states)."""
         upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths)
         for i in range(len(segments)):
+            tic = time.perf_counter()
+            if before is not None:
+                params = before(i, params)
             segment = upcoming
             states, ys = self._launch(policy, params, hyper, states, segment)
+            states = list(states)
             if i + 1 < len(segments):  # host work for the next segment while the device runs this one
                 upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths)
-            self._collect(ys, segment)
-        return jax.block_until_ready(list(states)), n_main
+            outputs = self._collect(ys, segment)
+            if timings is not None:
+                timings["simulate"] += time.perf_counter() - tic
+            if after is not None:
+                params = after(i, params, states, outputs)
+        return params, jax.block_until_ready(states)
 
     def _shard(self, tree):
         """Place a member-leading pytree sharded over the devices (unchanged on one device, or when the
@@ -560,14 +580,6 @@ class Simulator:
                     jax.tree_util.tree_map(lambda acc, r: acc.__setitem__(sel, r[rows][:, valid]), records, out.record)
         return ndcg, shown, clicked, records
 
-    def _simulate(self, policy: Policy, params, hyper, states, draws: list[SessionDraws], plans: list,
-                  run_keys: list[jax.Array], trial_of: np.ndarray):
-        """One segment of every member, prepared, launched and collected; returns states and per member NDCG
-        ``[P, n]``, shown ``[P, n, K]``, clicks and session records (leaves ``[P, n, ...]``)."""
-        segment = self._prepare(draws, plans, run_keys, trial_of, self.reachable_widths(draws))
-        states, ys = self._launch(policy, params, hyper, states, segment)
-        return (list(states), *self._collect(ys, segment))
-
     def _evaluate(self, policy: Policy, params, states, test_only: bool = False) -> dict[str, np.ndarray]:
         """Warm/Cold NDCG@K per member and global query ``[P, n_queries]``; with ``test_only`` only the test
         queries are evaluated (the others are NaN)."""
@@ -622,9 +634,10 @@ class Simulator:
             every = np.arange(len(trials))
             warm_params = stack_members([warm_policy.init(t.policy, self.data) for t in trials])
             warm_hyper = stack_members([warm_policy.default_hyper()] * len(trials))
-            plans = self.plan([d[0] for d in draws], phase="warmup")
-            initial, *_ = self._simulate(warm_policy, warm_params, warm_hyper, initial, [d[0] for d in draws],
-                                         plans, [t.run for t in trials], every)
+            warmups = [d[0] for d in draws]
+            _, initial = self._run_segments(warm_policy, warm_params, warm_hyper, initial, [warmups],
+                                            [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
+                                            self.reachable_widths(warmups))
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
         timings["simulate"] += time.perf_counter() - tic
 
@@ -646,19 +659,15 @@ class Simulator:
         per_query = None
         bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
                    unit="sess", disable=not progress, leave=False)
-        run_keys, widths = [t.run for t in trials], self.reachable_widths([d[1] for d in draws])
-        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths)
-        for i, (start, stop) in enumerate(zip(starts, points + 1)):
-            tic = time.perf_counter()
-            params = compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
+
+        def refresh(i, params):
+            return compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
                 jax.random.fold_in(t.policy, 1), i)), params)
-            segment = upcoming
-            states, ys = self._launch(policy, params, hyper, states, segment)
-            states = list(states)
-            if i + 1 < len(segments):  # host work for the next segment while the device runs this one
-                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths)
-            nd, shown, clicked, record = self._collect(ys, segment)
-            timings["simulate"] += time.perf_counter() - tic
+
+        def after(i, params, states, outputs):
+            nonlocal pending, per_query
+            nd, shown, clicked, record = outputs
+            start, stop = starts[i], points[i] + 1
             session_ndcg[:, start:stop] = nd
             tic = time.perf_counter()
             last = i == len(segments) - 1
@@ -684,6 +693,11 @@ class Simulator:
             if cfg.retrains_after(i):
                 pending = [[] for _ in range(n_members)]
             bar.update(int(stop - start) * n_real)
+            return params
+
+        params, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
+                                            trial_of, self.reachable_widths([d[1] for d in draws]), before=refresh,
+                                            after=after, timings=timings)
         bar.close()
 
         results = []
