@@ -50,6 +50,19 @@ def test_sweep_smoke_population_equals_serial(capsys):
     assert out["population_retrains"] == out["serial_retrains"] > 0  # the comparison covers a retrain
 
 
+def test_retrain_smoke(capsys):
+    returned, stdout = run_main("benchmarks/retrain.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    assert out == json.loads(json.dumps(returned))
+    assert out["examples"] == 2048 and out["members"] == 2
+    for name in ("reference", "new"):
+        assert positive(out["shuffle_ms"][name]) and positive(out["fit_seconds"][name])
+        assert out["epochs"][name] >= out["members"]  # every member ran at least one epoch
+        assert positive(out["ms_per_epoch"][name])
+    assert positive(out["shuffle_speedup"]) and positive(out["epoch_speedup"])
+    assert out["fit"]["batch_size"] == 256 and out["fit"]["patience"] == 5  # conf/algorithm/ebrank.yaml's fit
+
+
 def test_end_to_end_smoke(capsys):
     _, stdout = run_main("benchmarks/end_to_end.py", ["--smoke", "--json"], capsys)
     out = last_json(stdout)

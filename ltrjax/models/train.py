@@ -98,7 +98,32 @@ def weighted_mean(losses: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1e-12)
 
 
-def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
+def shuffled_order(key: jax.Array, real: jax.Array) -> jax.Array:
+    """A random order of ``range(n)`` with the ``real`` indices first (then the others), for one epoch.
+
+    Each round sorts one int32 array: a random key in the high bits, the current position in the low ``b``
+    bits (``2^b >= n``), so the sorted array's low bits are the new order. XLA:CPU sorts a lone integer array
+    about 6x faster than ``argsort`` (a key-value sort), and the per-epoch argsort was about half of an EBRank
+    fit at MSLR-30K size (benchmarks/retrain.py). Ties of the ``31 - b``-bit keys keep their current order; one
+    round suffices while there are at most ~2 examples per key value (``b <= 16``, 65,536 examples), beyond
+    that a second round breaks the first round's ties at random.
+    """
+    n = real.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if bits > 30:
+        raise ValueError(f"cannot shuffle {n} examples in int32 keys (at most 2^30)")
+    high = 31 - bits
+    position = jnp.arange(n, dtype=jnp.int32)
+    order, first = position, real
+    for round_key in jax.random.split(key, 1 if bits <= 16 else 2):
+        rand = (jax.random.bits(round_key, (n,), jnp.uint32) >> (32 - high)).astype(jnp.int32)
+        rank = jnp.where(first, jnp.minimum(rand, (1 << high) - 2), (1 << high) - 1)  # the others sort last
+        take = jnp.sort((rank << bits) | position) & ((1 << bits) - 1)
+        order, first = order[take], first[take]
+    return order
+
+
+def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order) -> Callable:
     """Return ``fit(params, train, val, key) -> (best_params, info)``, a pure function (jit or vmap it).
 
     ``train``/``val`` are dicts of equally long arrays including ``weight`` (0 = padding). Under
@@ -108,7 +133,8 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
 
     ``optimizer="lbfgs"`` fits full-batch with L-BFGS and a zoom line search (``optax.lbfgs``): an
     "epoch" is then one L-BFGS step on the whole training set (``batch_size`` and ``learning_rate``
-    are unused); early stopping is the same.
+    are unused); early stopping is the same. ``shuffle(key, real)`` orders each epoch's examples
+    (``shuffled_order``; benchmarks/retrain.py passes the former argsort to compare).
     """
     tx = make_optimizer(cfg)
 
@@ -136,8 +162,7 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig) -> Callable:
             return optax.apply_updates(params, updates), opt_state
 
         def epoch(params, opt_state, key):
-            # real examples first, in a fresh random order; padding (weight 0) after them
-            perm = jnp.argsort(jnp.where(real, jax.random.uniform(key, (n,)), 2.0))
+            perm = shuffle(key, real)  # real examples first, in a fresh random order; padding after them
             perm = jnp.concatenate([perm, perm[:batch]])  # room for the last batch's slice
 
             def step(i, carry):
@@ -175,9 +200,9 @@ class MemberFit:
     stops (masked) and results agree with one-by-one fits only up to float rounding.
     """
 
-    def __init__(self, loss_fn: LossFn, cfg: FitConfig):
+    def __init__(self, loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order):
         self.cfg = cfg
-        self.fit = make_fit(loss_fn, cfg)
+        self.fit = make_fit(loss_fn, cfg, shuffle)
         batch = max(int(cfg.member_batch), 1)
         self.batched = jax.jit(lambda params, train, val, keys: jax.lax.map(
             lambda args: self.fit(*args), (params, train, val, keys), batch_size=None if batch == 1 else batch))

@@ -1,0 +1,128 @@
+"""Retraining cost of EBRank's prior: the epoch shuffle and whole member fits, against the former argsort shuffle.
+
+What is timed, in one process, alternately and best of ``--repeats``:
+
+  * the shuffle of one epoch of ``--examples`` padded examples (3/4 of them real): ``ltrjax.models.train
+    .shuffled_order`` (int32 sorts) against the reference ``argsort_order`` below, the shuffle the fit used
+    before (a float key-value argsort);
+  * ``--members`` EBRank prior fits (``MemberFit`` with EBRank's loss and the ``fit`` block of
+    conf/algorithm/ebrank.yaml) on ``--examples`` training and half as many validation examples each, once
+    with each shuffle, from the same initial parameters and keys. The two shuffles order the minibatches
+    differently, so the fits stop after different numbers of epochs: ``*_ms_per_epoch`` divides by the
+    epochs each actually ran and is the comparable figure.
+
+The examples are drawn here, not simulated: 136 standard-normal features (MSLR-30K's width), exposure
+Gamma(1, 15) + 1 and clicks Binomial(exposure, sigmoid(x w - 2)). The cost of an epoch depends on the shapes,
+not on the values. ``--examples 65536`` is EBRank's default cap (``max_examples``), the size of every late
+retrain at MSLR-30K scale.
+
+    python benchmarks/retrain.py --json                 # 7 members x 65,536 examples (a minute or two)
+    python benchmarks/retrain.py --examples 32768
+    python benchmarks/retrain.py --smoke --json         # seconds, for tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import algorithm_config, emit, machine  # noqa: E402
+
+N_FEATURES = 136
+
+
+def argsort_order(key, real):
+    """The reference: real examples first in a uniformly random order (a float argsort), the fit's former
+    shuffle."""
+    import jax
+    import jax.numpy as jnp
+
+    return jnp.argsort(jnp.where(real, jax.random.uniform(key, real.shape), 2.0))
+
+
+def examples(rng, n: int, w):
+    import numpy as np
+
+    x = rng.normal(size=(n, N_FEATURES)).astype(np.float32)
+    exposure = (rng.gamma(1.0, 15.0, size=n) + 1).astype(np.float32)
+    p = 1 / (1 + np.exp(-(x @ w) + 2))
+    clicks = rng.binomial(np.round(exposure).astype(int), p).astype(np.float32)
+    return {"features": x, "c": clicks, "n": exposure}
+
+
+def best_of(fn, repeats: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn())  # compile
+    times = []
+    for _ in range(max(1, repeats)):
+        tic = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - tic)
+    return min(times)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--examples", type=int, default=65536, help="training examples per member (padded)")
+    parser.add_argument("--members", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): for tests")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.examples, args.members, args.repeats = 2048, 2, 1
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ltrjax.models.train import FitConfig, MemberFit, pad_examples, shuffled_order
+    from ltrjax.online.policies.ebrank import EBRank
+
+    n, m = int(args.examples), int(args.members)
+    real = jnp.arange(n) < (3 * n) // 4
+    key = jax.random.PRNGKey(args.seed)
+    shuffle_seconds = {}
+    for name, fn in (("reference", jax.jit(argsort_order)), ("new", jax.jit(shuffled_order))):
+        shuffle_seconds[name] = best_of(lambda: fn(key, real), args.repeats)
+
+    class Shape:  # EBRank reads only the feature count from its dataset
+        n_features = N_FEATURES
+
+    acfg = algorithm_config("ebrank")
+    policy = EBRank(Shape(), fit=dict(acfg.fit))
+    rng = np.random.default_rng(args.seed)
+    w = rng.normal(size=N_FEATURES) * 0.1
+    cfg = policy.fit_config
+    stack = lambda ds: {k: np.stack([d[k] for d in ds]) for k in ds[0]}  # noqa: E731
+    train = stack([pad_examples(examples(rng, n, w), cfg.batch_size, n) for _ in range(m)])
+    val = stack([pad_examples(examples(rng, n // 2, w), cfg.batch_size, n // 2) for _ in range(m)])
+    params = jax.vmap(lambda k: policy.init(k, None)["prior"])(jax.random.split(key, m))
+    keys = jax.random.split(jax.random.fold_in(key, 1), m)
+    fits = {"reference": MemberFit(policy._loss, cfg, shuffle=argsort_order), "new": MemberFit(policy._loss, cfg)}
+    fit_seconds, epochs = {}, {}
+    for name, fit in fits.items():
+        out = fit.batched(params, train, val, keys)
+        epochs[name] = int(np.sum(np.asarray(out[1]["epochs"])))
+        fit_seconds[name] = best_of(lambda: fit.batched(params, train, val, keys), args.repeats)
+    per_epoch = {k: fit_seconds[k] / max(epochs[k], 1) for k in fits}
+    out = {
+        "examples": n, "members": m, "repeats": args.repeats,
+        "shuffle_ms": {k: 1e3 * v for k, v in shuffle_seconds.items()},
+        "shuffle_speedup": shuffle_seconds["reference"] / shuffle_seconds["new"],
+        "fit_seconds": fit_seconds, "epochs": epochs,
+        "ms_per_epoch": {k: 1e3 * v for k, v in per_epoch.items()},
+        "epoch_speedup": per_epoch["reference"] / per_epoch["new"],
+        "fit": {k: getattr(cfg, k) for k in ("optimizer", "learning_rate", "batch_size", "max_epochs", "patience")},
+        "machine": machine(),
+    }
+    return emit(out, args.json)
+
+
+if __name__ == "__main__":
+    main()
