@@ -18,7 +18,8 @@ call) and excluded from ``sessions_per_sec``: it counts the segment program and 
 ``wall_sessions_per_sec`` includes everything; ``program_sessions_per_sec`` counts only the compiled segment
 program (``simulator.compiled(policy)["segment"]``, timed in one extra run that waits for it after every call,
 which serializes the overlap); ``segment_host_seconds`` is the simulation's time beyond the program's, i.e. the
-host work that was not hidden; the per-population ``detail`` gives every part.
+host work that was not hidden (two different runs: on a loaded machine it can come out negative, as can
+``host_fraction_of_wall``); the per-population ``detail`` gives every part.
 (Until the population API, this benchmark timed the initial states and the lane planning with the sessions.)
 Measured on the project's 2-core CPU while shared with other work (EBRank, 3,967 queries, all 143,474 main
 sessions): setup and planning were 17-26% of the wall time, the per-segment host work another 13-19% (it
