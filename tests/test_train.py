@@ -126,12 +126,23 @@ def test_capped_document_collection_equals_subsample_of_all():
                                           subsample(all_docs, 50, key_seed(keys[i]) + [j])["features"])
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 4096, 1 << 17])  # 2^17: the two-round form
+@pytest.mark.parametrize("n", [1, 2, 7, 4096, 1 << 17])
 def test_shuffled_order_is_a_permutation_with_the_real_indices_first(n):
     real = np.random.default_rng(n).random(n) < 0.6
     order = np.asarray(jax.jit(shuffled_order)(jax.random.PRNGKey(3), jnp.asarray(real)))
     assert np.array_equal(np.sort(order), np.arange(n))
     assert real[order[: real.sum()]].all() and not real[order[real.sum():]].any()
+    assert np.array_equal(order[real.sum():], np.flatnonzero(~real))  # the others in index order
+
+
+@pytest.mark.parametrize("n_real", [1, 300, 5000])
+def test_shuffled_order_does_not_depend_on_the_padding(n_real):
+    """A member fitted inside a population is padded to the largest member's size: its order must not change
+    (populations equal their members run one by one; benchmarks/sweep.py's max_abs_diff)."""
+    key = jax.random.PRNGKey(n_real)
+    orders = [np.asarray(jax.jit(shuffled_order)(key, jnp.arange(n) < n_real))[:n_real]
+              for n in (n_real, 8192, 65536)]
+    assert all(np.array_equal(orders[0], o) for o in orders[1:])
 
 
 def test_shuffled_order_is_uniform():
@@ -149,8 +160,8 @@ def test_shuffled_order_is_uniform():
 
 
 def test_shuffled_order_two_rounds_leave_no_index_order():
-    """At 2^18 examples (two rounds) consecutive output positions are no closer in index than at random: the
-    first round alone would keep its ties (~2^5 examples per key value) in index order."""
+    """At 2^18 examples consecutive output positions are no closer in index than at random: the first round alone
+    keeps its ties (~2^5 examples per key value) in index order."""
     n = 1 << 18
     order = np.asarray(jax.jit(shuffled_order)(jax.random.PRNGKey(1), jnp.ones(n, bool))).astype(np.int64)
     near = np.mean(np.abs(np.diff(order)) < n // 1000)

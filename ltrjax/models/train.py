@@ -99,27 +99,33 @@ def weighted_mean(losses: jax.Array, weight: jax.Array) -> jax.Array:
 
 
 def shuffled_order(key: jax.Array, real: jax.Array) -> jax.Array:
-    """A random order of ``range(n)`` with the ``real`` indices first (then the others), for one epoch.
+    """The ``real`` indices in a random order, then the others in index order: one epoch's order of the examples.
 
-    Each round sorts one int32 array: a random key in the high bits, the current position in the low ``b``
-    bits (``2^b >= n``), so the sorted array's low bits are the new order. XLA:CPU sorts a lone integer array
-    about 6x faster than ``argsort`` (a key-value sort), and the per-epoch argsort was about half of an EBRank
-    fit at MSLR-30K size (benchmarks/retrain.py). Ties of the ``31 - b``-bit keys keep their current order; one
-    round suffices while there are at most ~2 examples per key value (``b <= 16``, 65,536 examples), beyond
-    that a second round breaks the first round's ties at random.
+    Two rounds, each one sort of an int32 array: a random key in the high bits, the current position of a real
+    example in the low ``b`` bits (the second round breaks the first's ties at random), so the sorted array's low
+    bits are the new order. XLA:CPU sorts a lone integer array about 6x faster than ``argsort`` (a key-value
+    sort), and the per-epoch argsort was about half of an EBRank fit at MSLR-30K size (benchmarks/retrain.py).
+    ``b`` comes from the highest position that holds a real example, not from ``len(real)``, and the random keys
+    of an index do not depend on the array's length, so padding an example set further (a member fitted inside a
+    population is padded to its largest member's size) leaves its order unchanged: populations stay equal to
+    their members run one by one.
     """
     n = real.shape[0]
-    bits = max(1, (n - 1).bit_length())
-    if bits > 30:
+    if n > 1 << 30:
         raise ValueError(f"cannot shuffle {n} examples in int32 keys (at most 2^30)")
-    high = 31 - bits
     position = jnp.arange(n, dtype=jnp.int32)
     order, first = position, real
-    for round_key in jax.random.split(key, 1 if bits <= 16 else 2):
-        rand = (jax.random.bits(round_key, (n,), jnp.uint32) >> (32 - high)).astype(jnp.int32)
-        rank = jnp.where(first, jnp.minimum(rand, (1 << high) - 2), (1 << high) - 1)  # the others sort last
-        take = jnp.sort((rank << bits) | position) & ((1 << bits) - 1)
-        order, first = order[take], first[take]
+    for round_key in jax.random.split(key, 2):
+        last = jnp.max(jnp.where(first, position, 0))
+        bits = jnp.maximum(32 - jax.lax.clz(last), 1)  # bit length of the highest real position
+        high = 31 - bits  # random bits above the position
+        rand = (jax.random.bits(round_key, (n,), jnp.uint32) >> (32 - high).astype(jnp.uint32)).astype(jnp.int32)
+        packed = (jnp.minimum(rand, (1 << high) - 2) << bits) | position
+        ranked = jnp.sort(jnp.where(first, packed, jnp.iinfo(jnp.int32).max))  # the others sort last
+        n_first = jnp.sum(first)
+        others = jnp.nonzero(~first, size=n, fill_value=0)[0].astype(jnp.int32)  # their positions, in order
+        take = jnp.where(position < n_first, ranked & ((1 << bits) - 1), others[jnp.maximum(position - n_first, 0)])
+        order, first = order[take], position < n_first
     return order
 
 
