@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from ltrjax.models.train import FitConfig, MemberFit, pad_examples, shuffled_order
+    from ltrjax.models.train import MemberFit, pad_examples, shuffled_order
     from ltrjax.online.policies.ebrank import EBRank
 
     n, m = int(args.examples), int(args.members)

@@ -95,10 +95,11 @@ def test_sessions_per_sec_smoke(capsys):
             assert d["members"] == int(population)
             assert d["total_sessions"] == d["members"] * d["sessions_per_member"] > 0
             assert d["program_calls"] == d["segments"]  # one compiled segment program call per segment
-            # everything >= simulation (setup and planning excluded), within one run; the program's own time comes
-            # from another run (blocking after each call), so on a loaded machine it can exceed the simulation's
-            # best time (0.0081 s against 0.0054 s in a suite run beside other jobs): no order between them
-            assert d["wall_seconds"] >= d["simulation_seconds"] > 0 and d["program_seconds"] > 0
+            # everything >= simulation (setup and planning excluded) >= the compiled program alone, each within one
+            # run: the program's own time comes from another run (blocking after each call), which on a loaded
+            # machine can be slower than the best timed run (0.0081 s against 0.0054 s beside other jobs)
+            assert d["wall_seconds"] >= d["simulation_seconds"] > 0
+            assert d["program_run_simulation_seconds"] >= d["program_seconds"] > 0
             assert d["host_fraction_of_wall"] < 1 and 0 <= d["setup_and_planning_fraction_of_wall"] < 1
     assert out["sessions_per_sec"] == out["families"]["ebrank"]["1"]
     assert out["population_sessions_per_sec"] == out["families"]["ebrank"]["2"]

@@ -116,7 +116,8 @@ def test_mc_dropout_std_shrinks_with_training_data():
     """Dropout-trained MLP, noisy target: the mean MC std at held-out points falls from 50 to 5,000 examples,
     both with the same fit (so fewer optimizer steps for 50 examples, as in the policy) and with the 50
     examples repeated 100x (the same number of steps: only the data's diversity differs). Averaged over three
-    fit keys: one fit's 5000/50 ratio ranges .72-.83 with the key (and moved when the epoch shuffle changed)."""
+    fit keys: one fit's 5000/50 ratio ranges .72-.83 with the key (and moved when the epoch shuffle changed);
+    the mean of three is .77."""
     dim = 20
     model = MCDropoutMLP(dim)
     cfg = FitConfig(optimizer="adam", learning_rate=0.01, batch_size=500, max_epochs=30, patience=30)
@@ -144,7 +145,7 @@ def test_mc_dropout_std_shrinks_with_training_data():
         stds[name] = float(np.mean([jnp.mean(model.mc_scores(jax.tree_util.tree_map(lambda a: a[m], params),
                                                              held_out, jax.random.PRNGKey(2))[1]) for m in range(3)]))
     # MC dropout with a fixed rate does not concentrate (the std falls, but not towards 0)
-    assert stds["5000"] < 0.85 * stds["50"], stds
+    assert stds["5000"] < 0.8 * stds["50"], stds
     assert stds["5000"] < 0.9 * stds["50x100"], stds
 
 

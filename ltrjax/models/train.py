@@ -104,7 +104,7 @@ def shuffled_order(key: jax.Array, real: jax.Array) -> jax.Array:
     Two rounds, each one sort of an int32 array: a random key in the high bits, the current position of a real
     example in the low ``b`` bits (the second round breaks the first's ties at random), so the sorted array's low
     bits are the new order. XLA:CPU sorts a lone integer array about 6x faster than ``argsort`` (a key-value
-    sort), and the per-epoch argsort was about half of an EBRank fit at MSLR-30K size (benchmarks/retrain.py).
+    sort), and the per-epoch argsort was a third to a half of an EBRank fit at MSLR-30K size (benchmarks/retrain.py).
     ``b`` comes from the highest position that holds a real example, not from ``len(real)``, and the random keys
     of an index do not depend on the array's length, so padding an example set further (a member fitted inside a
     population is padded to its largest member's size) leaves its order unchanged: populations stay equal to
@@ -114,6 +114,7 @@ def shuffled_order(key: jax.Array, real: jax.Array) -> jax.Array:
     if n > 1 << 30:
         raise ValueError(f"cannot shuffle {n} examples in int32 keys (at most 2^30)")
     position = jnp.arange(n, dtype=jnp.int32)
+    n_first = jnp.sum(real)
     order, first = position, real
     for round_key in jax.random.split(key, 2):
         last = jnp.max(jnp.where(first, position, 0))
@@ -122,7 +123,6 @@ def shuffled_order(key: jax.Array, real: jax.Array) -> jax.Array:
         rand = (jax.random.bits(round_key, (n,), jnp.uint32) >> (32 - high).astype(jnp.uint32)).astype(jnp.int32)
         packed = (jnp.minimum(rand, (1 << high) - 2) << bits) | position
         ranked = jnp.sort(jnp.where(first, packed, jnp.iinfo(jnp.int32).max))  # the others sort last
-        n_first = jnp.sum(first)
         others = jnp.nonzero(~first, size=n, fill_value=0)[0].astype(jnp.int32)  # their positions, in order
         take = jnp.where(position < n_first, ranked & ((1 << bits) - 1), others[jnp.maximum(position - n_first, 0)])
         order, first = order[take], position < n_first
