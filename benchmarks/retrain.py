@@ -11,6 +11,12 @@ What is timed, in one process, alternately and best of ``--repeats``:
     differently, so the fits stop after different numbers of epochs: ``*_ms_per_epoch`` divides by the
     epochs each actually ran and is the comparable figure.
 
+  * the cost of one optimiser step (``--step-batches``): the same members fitted with each minibatch size (one after
+    another, ``member_batch=1``) and, at the configured size, all vmapped side by side (``member_batch=members``).
+    ``us_per_member_step`` divides a fit's time by the minibatch steps its members ran; if it grows in proportion
+    to the minibatch, a fit is arithmetic that a population of members cannot share, not per-step overhead
+    (``us_per_example``, its slope, is then about constant).
+
 The examples are drawn here, not simulated: 136 standard-normal features (MSLR-30K's width), exposure
 Gamma(1, 15) + 1 and clicks Binomial(exposure, sigmoid(x w - 2)). The cost of an epoch depends on the shapes,
 not on the values. ``--examples 65536`` is EBRank's default cap (``max_examples``), the size of every late
@@ -18,6 +24,7 @@ retrain at MSLR-30K scale.
 
     python benchmarks/retrain.py --json                 # 7 members x 65,536 examples (a minute or two)
     python benchmarks/retrain.py --examples 32768
+    python benchmarks/retrain.py --examples 16384 --step-batches 64,256,1024,4096
     python benchmarks/retrain.py --smoke --json         # seconds, for tests
 """
 
@@ -65,17 +72,38 @@ def best_of(fn, repeats: int) -> float:
     return min(times)
 
 
+def step_cost_run(policy, cfg, batch: int, member_batch: int, params, train, val, keys, repeats: int) -> dict:
+    """The members' fits at minibatch ``batch`` (``member_batch`` of them vmapped at a time): seconds (best of
+    ``repeats``), epochs, and microseconds per member-step and per example of a step."""
+    import dataclasses
+
+    import numpy as np
+
+    from ltrjax.models.train import MemberFit
+
+    fit = MemberFit(policy._loss, dataclasses.replace(cfg, batch_size=batch, member_batch=member_batch))
+    epochs = np.asarray(fit.batched(params, train, val, keys)[1]["epochs"])
+    seconds = best_of(lambda: fit.batched(params, train, val, keys), repeats)
+    real = np.asarray(train["weight"] > 0).sum(axis=1)  # per member
+    steps = int(np.sum(epochs * -(-real // min(batch, train["weight"].shape[1]))))
+    per_step = 1e6 * seconds / max(steps, 1)
+    return {"batch": batch, "member_batch": member_batch, "fit_seconds": seconds, "epochs": epochs.tolist(),
+            "member_steps": steps, "us_per_member_step": per_step, "us_per_example": per_step / batch}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--examples", type=int, default=65536, help="training examples per member (padded)")
     parser.add_argument("--members", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--step-batches", default="64,256,1024",
+                        help="comma-separated minibatch sizes of the step-cost scan ('' to skip it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): for tests")
     parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.examples, args.members, args.repeats = 2048, 2, 1
+        args.examples, args.members, args.repeats, args.step_batches = 2048, 2, 1, "64,256"
 
     import jax
     import jax.numpy as jnp
@@ -111,8 +139,13 @@ def main(argv=None) -> dict:
         epochs[name] = int(np.sum(np.asarray(out[1]["epochs"])))
         fit_seconds[name] = best_of(lambda: fit.batched(params, train, val, keys), args.repeats)
     per_epoch = {k: fit_seconds[k] / max(epochs[k], 1) for k in fits}
+    step_cost = [step_cost_run(policy, cfg, int(b), 1, params, train, val, keys, args.repeats)
+                 for b in (int(v) for v in args.step_batches.split(",") if v.strip())]
+    if step_cost:
+        step_cost.append(step_cost_run(policy, cfg, cfg.batch_size, m, params, train, val, keys, args.repeats))
     out = {
         "examples": n, "members": m, "repeats": args.repeats,
+        "step_cost": step_cost,
         "shuffle_ms": {k: 1e3 * v for k, v in shuffle_seconds.items()},
         "shuffle_speedup": shuffle_seconds["reference"] / shuffle_seconds["new"],
         "fit_seconds": fit_seconds, "epochs": epochs,

@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
               flush=True)
 
     # (a) one population
-    chunk = sim.chunk_size(len(keys))
+    chunk = sim.chunk_size(len(keys), policy=policy)
     with CompileMeter() as pop_compile:
         tic = time.perf_counter()
         population = sim.run_population(policy, keys, hypers, progress=False)

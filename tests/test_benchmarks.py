@@ -61,6 +61,15 @@ def test_retrain_smoke(capsys):
         assert positive(out["ms_per_epoch"][name])
     assert positive(out["shuffle_speedup"]) and positive(out["epoch_speedup"])
     assert out["fit"]["batch_size"] == 256 and out["fit"]["patience"] == 5  # conf/algorithm/ebrank.yaml's fit
+    # the step-cost scan: minibatches 64 and 256 one member at a time, then 256 with both members vmapped
+    scan = out["step_cost"]
+    assert [(r["batch"], r["member_batch"]) for r in scan] == [(64, 1), (256, 1), (256, 2)]
+    for r in scan:
+        assert len(r["epochs"]) == 2 and min(r["epochs"]) >= 1
+        assert r["member_steps"] == sum(r["epochs"]) * (2048 // r["batch"])  # every example is real
+        assert positive(r["fit_seconds"]) and positive(r["us_per_member_step"])
+        assert r["us_per_example"] == pytest.approx(r["us_per_member_step"] / r["batch"])
+        assert r["us_per_member_step"] == pytest.approx(1e6 * r["fit_seconds"] / r["member_steps"])
 
 
 def test_end_to_end_smoke(capsys):

@@ -312,7 +312,7 @@ def one_query_view(policy, params, data, q=0, n_entered=6):
     aux = jax.tree_util.tree_map(lambda a: a[row], policy.prepare(params, bucket, None))
     counters = DocCounters.zeros((bucket.width,))
     return QueryView(aux=aux, hyper=policy.default_hyper(), params=params, counters=counters,
-                     n_entered=jnp.int32(n_entered), issue_count=jnp.int32(1))
+                     n_entered=jnp.int32(n_entered), issue_count=jnp.int32(1), features=bucket.features[row])
 
 
 def session(policy, view, key, clicked_fn):

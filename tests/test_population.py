@@ -1,17 +1,24 @@
 """A population run (``Simulator.run_population``: members as one vmapped program, retrained in one vmapped
 fit) equals running its members one by one with ``Simulator.run``."""
 
+import functools
+
 import jax
+import jax.extend.core
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
+from ltrjax.online import step as step_lib
 from ltrjax.online.policies.bm25 import BM25
+from ltrjax.online.policies.dbgd import MGD
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.policies.ucbrank import UCBRank
 from ltrjax.online.simulator import SPLITS, SimConfig, Simulator, compiled
+from ltrjax.online.state import to_entry_order
 from tests.toy_data import toy_queryset
 
 # 6 refreshes, 3 models: retrains after segments 1 and 3, refreshes without a retrain in between
@@ -96,7 +103,7 @@ def check_population(sim, policy, keys, hypers, solo, max_members=None):
             assert_same_member(got, want)
         except AssertionError as err:
             raise AssertionError(f"member {i} (max_members={max_members}) differs from its solo run") from err
-    chunk = sim.chunk_size(len(keys), max_members)
+    chunk = sim.chunk_size(len(keys), max_members, policy)
     assert chunk <= (max_members or len(keys))
     assert population[0].timings["members"] == chunk
     assert programs._cache_size() - before <= (chunk != 1)  # at most the chunk's own shape, never the short one
@@ -136,6 +143,92 @@ def test_pdgd_population_equals_members(sim):
     assert all(info["updates"] > 0 for r in solo for info in r.train_info)
     assert not np.allclose(solo[0].final_params["w"], solo[1].final_params["w"])  # the learning rate matters
     check_population(sim, policy, keys, hypers, solo)
+
+
+def test_mgd_population_equals_members(sim):
+    """A policy that reads its query's features in the scan (``QueryView.features``: one dataset-order copy shared
+    by the members, gathered per lane through each member's entry order) equals its members run alone."""
+    policy = MGD(sim.data, n_candidates=3, setting="concat", decay=0.99)
+    keys, hypers, solo = solo_runs(sim, policy, [{"learning_rate": 0.1}, {"learning_rate": 0.5}])
+    assert all(info["updates"] > 0 for r in solo for info in r.train_info)
+    check_population(sim, policy, keys, hypers, solo)
+
+
+def test_lane_features_equal_the_entry_order_copy(sim):
+    """``step.lane_features`` (the lanes' feature rows, gathered from the shared dataset-order array) equals the
+    per-member entry-order copy that ``prepare`` used to return (``to_entry_order``), idle lanes (the scratch row)
+    included, and the first slots of it when the member's order is narrowed."""
+    states = sim.init_states(jax.random.PRNGKey(7))
+    for bucket, state in zip(sim.data.buckets, states):
+        copy = np.asarray(to_entry_order(bucket.features, state))  # [Qb+1, Db, F], scratch row zeros
+        rows = jnp.asarray(np.random.default_rng(0).integers(0, bucket.n_queries + 1, 64), jnp.int32)
+        assert int(rows.max()) == bucket.n_queries  # the draw includes idle lanes
+        got = np.asarray(step_lib.lane_features(bucket.features, state.order, rows))
+        np.testing.assert_array_equal(got, copy[np.asarray(rows)])
+        assert not np.array_equal(np.asarray(state.order[:-1]), np.broadcast_to(np.arange(bucket.width),
+                                                                               state.order[:-1].shape))
+        width = bucket.width // 2
+        narrowed = np.asarray(step_lib.lane_features(bucket.features, state.order[:, :width], rows))
+        np.testing.assert_array_equal(narrowed, copy[np.asarray(rows)][:, :width])
+
+
+class CopyingMGD(MGD):
+    """MGD as it was: ``prepare`` returned the bucket's features, which every member then copied (the control)."""
+
+    def prepare(self, params, bucket, behaviour=None):
+        return {**super().prepare(params, bucket, behaviour), "features": bucket.features}
+
+
+def member_feature_copies(sim, policy, n_members: int) -> list:
+    """Shapes of the values of ``policy``'s segment program (a population of ``n_members``) that hold a whole
+    bucket's features per member: ``[P, Qb(+1), Db', F]``, any sub-program included."""
+    captured = {}
+    original = step_lib.population_segment
+
+    def spy(*args, **kwargs):
+        captured["args"], captured["kwargs"] = args, kwargs
+        return original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(step_lib, "population_segment", spy)
+        sim.run_population(policy, [KEYS[0]] * n_members, [None] * n_members, progress=False)
+    args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") else a,
+                                  captured["args"])
+    jaxpr = jax.make_jaxpr(functools.partial(original, **captured["kwargs"]), static_argnums=0)(*args)
+    whole = {(n_members, q, d, sim.data.n_features) for b in sim.data.buckets for q in (b.n_queries, b.n_queries + 1)
+             for d in range(1, b.width + 1)}
+    found = []
+
+    def visit(j):
+        for eqn in j.eqns:
+            found.extend(tuple(v.aval.shape) for v in eqn.outvars if tuple(getattr(v.aval, "shape", ())) in whole)
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                visit(sub)
+
+    visit(jaxpr.jaxpr)
+    return found
+
+
+def test_segment_program_keeps_one_copy_of_the_features(sim):
+    """No value of MGD's segment program holds a bucket's features per member (a 5-member DBGD population at
+    MSLR-30K shape, ~2.7 GB of features per member copy, was killed for memory at 24 GB); the control, MGD with
+    the features in ``prepare``, has such values, so the check can fail."""
+    assert member_feature_copies(sim, MGD(sim.data, n_candidates=3), 3) == []
+    assert len(member_feature_copies(sim, CopyingMGD(sim.data, n_candidates=3), 3)) > 0
+
+
+def test_chunks_count_the_policy_values_per_member(sim):
+    """``member_bytes(policy)`` adds twice the policy's ``prepare`` output (its exact size, from shapes): MGD keeps
+    one score per document, the control a score and the features; a budget of 3 members without the policy's
+    values holds fewer members with them."""
+    mgd, copying = MGD(sim.data, n_candidates=3), CopyingMGD(sim.data, n_candidates=3)
+    slots = sum(b.n_queries * b.width for b in sim.data.buckets)
+    assert sim.aux_bytes(mgd) == 4 * slots
+    assert sim.aux_bytes(copying) == 4 * slots * (1 + sim.data.n_features)
+    assert sim.member_bytes(copying) == sim.member_bytes() + 2 * sim.aux_bytes(copying)
+    budget = Simulator(sim.data, sim.click_model, CONFIG, memory_budget=3 * sim.member_bytes())
+    assert budget.chunk_size(6) == 3
+    assert budget.chunk_size(6, policy=copying) < 3
 
 
 def test_ucbrank_population_equals_members(sim):

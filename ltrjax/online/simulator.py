@@ -41,7 +41,8 @@ from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
 from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, padded_steps, update_points
-from ltrjax.online.state import STAT_NAMES, BucketState, counters_in_dataset_order, entered_mask, init_bucket_state
+from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
+                                 init_bucket_state)
 
 SPLITS = ("train", "vali", "test")
 
@@ -417,8 +418,19 @@ class Simulator:
         return inputs, targets
 
     # ------------------------------------------------------------------ memory
-    def member_bytes(self) -> int:
-        """A rough upper bound of the memory one member needs (state, one segment's inputs and outputs)."""
+    def aux_bytes(self, policy: Policy) -> int:
+        """The bytes of one member's ``prepare`` output over every bucket (shapes only: ``jax.eval_shape``, nothing
+        is computed). A population keeps one per member (stacked, in entry order), so it counts per member."""
+        params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.random.key(0))
+        total = 0
+        for bucket in self.data.buckets:
+            aux = jax.eval_shape(lambda p, b=bucket: policy.prepare(p, b, DocCounters.zeros(b.labels.shape)), params)
+            total += sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(aux))
+        return total
+
+    def member_bytes(self, policy: Policy | None = None) -> int:
+        """A rough upper bound of the memory one member needs (state, one segment's inputs and outputs, and,
+        given the policy, twice its ``prepare`` output: the stacked entry-order copy and its narrowed one)."""
         k = self.config.top_k
         n_main = self.session_counts()[1]
         per_segment = n_main / max(self.config.n_segments, 1)
@@ -427,14 +439,15 @@ class Simulator:
         segment = sum(steps * lanes * (4 * self.uniform_rows * k + 16 + 4 + 5 * k) for lanes in self.n_lanes)
         # x4.5: calibrated on synthetic_mslr30k at 3,000 queries (1 vs 7 EBRank members: 108 MB more per member,
         # with x3 this estimated 72 MB)
-        return int(4.5 * (state + segment) + 64 * per_segment)
+        aux = 2 * self.aux_bytes(policy) if policy is not None else 0
+        return int(4.5 * (state + segment) + 64 * per_segment) + aux
 
-    def chunk_size(self, n_members: int, max_members: int | None = None) -> int:
-        """Members per compiled chunk: within the cap and the memory budget, and balanced, so the padded last
-        chunk wastes at most one member per chunk (21 members that fit 13 at a time run as 11 + 10, not 13 + 8
-        padded to 13)."""
+    def chunk_size(self, n_members: int, max_members: int | None = None, policy: Policy | None = None) -> int:
+        """Members per compiled chunk: within the cap and the memory budget (``member_bytes``, with the policy's
+        per-member values when it is given), and balanced, so the padded last chunk wastes at most one member per
+        chunk (21 members that fit 13 at a time run as 11 + 10, not 13 + 8 padded to 13)."""
         cap = max_members or self.max_members or n_members
-        fits = max(1, self.memory_budget // max(self.member_bytes(), 1))
+        fits = max(1, self.memory_budget // max(self.member_bytes(policy), 1))
         most = int(max(1, min(n_members, cap, fits)))
         n_chunks = -(-n_members // most)
         return -(-n_members // n_chunks)
@@ -454,7 +467,7 @@ class Simulator:
         members one by one. Populations larger than ``chunk_size`` run chunk by chunk."""
         keys = list(keys)
         hypers = resolve_hypers(policy, hypers, len(keys))
-        size = self.chunk_size(len(keys), max_members)
+        size = self.chunk_size(len(keys), max_members, policy)
         results = []
         for start in range(0, len(keys), size):
             chunk_keys, chunk_hypers = keys[start:start + size], hypers[start:start + size]

@@ -107,13 +107,27 @@ def rank_session(policy: Policy, protocol: Protocol, view: QueryView, n_docs, en
     return n_entered, key, scores, shown, slot_valid
 
 
+def lane_features(features: jax.Array | None, order: jax.Array, rows: jax.Array) -> jax.Array | None:
+    """The lanes' document features ``[lanes, Db, F]`` in entry order, from the bucket's ``features`` ``[Qb, Db', F]``
+    (dataset order, shared by every member) and the member's ``order`` ``[Qb+1, Db]`` (entry slot -> dataset slot,
+    possibly narrowed); idle lanes (the scratch row ``Qb``) get zeros, as ``to_entry_order``'s scratch row."""
+    if features is None:
+        return None
+    n_queries = features.shape[0]
+    gathered = features[jnp.minimum(rows, n_queries - 1)[:, None], order[rows]]
+    return jnp.where((rows < n_queries)[:, None, None], gathered, jnp.zeros((), features.dtype))
+
+
 def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
-                 inputs: SessionInputs, run_key: jax.Array) -> tuple[BucketState, SessionOutputs]:
+                 inputs: SessionInputs, run_key: jax.Array, features: jax.Array | None = None
+                 ) -> tuple[BucketState, SessionOutputs]:
     """Advance every lane of one bucket by one session: state in, state out.
 
     Lanes never share a query within a step (``schedule.lane_schedule``), so their counter updates
     are one scatter per counter without conflicts; idle lanes write into the scratch row. Only the
-    shown documents' gains and labels are gathered (``[lanes, K]``), never whole rows.
+    shown documents' gains and labels are gathered (``[lanes, K]``), never whole rows. ``features``
+    (the bucket's ``[Qb, Db, F]`` in dataset order, one copy for all members) reaches the policy as
+    ``QueryView.features``, gathered per lane only if the policy reads it.
     """
     rows = inputs.rows
     view = QueryView(
@@ -123,8 +137,10 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
         counters=jax.tree_util.tree_map(lambda a: a[rows], state.counters),  # XLA drops the unused gathers
         n_entered=state.n_entered[rows],
         issue_count=state.issue_count[rows],
+        features=lane_features(features, consts.order, rows),
     )
-    view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0)
+    view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0,
+                          features=None if features is None else 0)
     rank = jax.vmap(functools.partial(rank_session, policy, protocol), in_axes=(view_axes, 0, 0, 0, 0, None))
     n_new, keys, scores, shown, slot_valid = rank(view, consts.n_docs[rows], inputs.enter, inputs.session,
                                                   inputs.valid, run_key)
@@ -161,9 +177,9 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
 
 
 def _scan_body(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...], run_key: jax.Array,
-               states: tuple[BucketState, ...], inputs: tuple[SessionInputs, ...]):
+               features: tuple, states: tuple[BucketState, ...], inputs: tuple[SessionInputs, ...]):
     """One scan step: every bucket's lanes advance by one session."""
-    out = [session_step(policy, protocol, c, s, x, run_key) for c, s, x in zip(consts, states, inputs)]
+    out = [session_step(policy, protocol, c, s, x, run_key, f) for c, s, x, f in zip(consts, states, inputs, features)]
     return tuple(o[0] for o in out), tuple(o[1] for o in out)
 
 
@@ -176,12 +192,15 @@ def all_segment_constants(policy: Policy, params, hyper, states: tuple[BucketSta
 
 
 def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...],
-                 states: tuple[BucketState, ...], schedules: tuple[SessionInputs, ...], run_key: jax.Array):
+                 states: tuple[BucketState, ...], schedules: tuple[SessionInputs, ...], run_key: jax.Array,
+                 features: tuple | None = None):
     """The segment's ``lax.scan``: every step advances the lanes of every bucket by one session.
 
     ``schedules[b]`` holds ``[steps, lanes, ...]`` inputs; returns the new states and per-step outputs.
+    ``features[b]``: bucket b's document features in dataset order (``session_step``; None: not offered).
     """
-    body = functools.partial(_scan_body, policy, protocol, consts, run_key)
+    features = features if features is not None else (None,) * len(states)
+    body = functools.partial(_scan_body, policy, protocol, consts, run_key, tuple(features))
     return jax.lax.scan(body, tuple(states), tuple(schedules))
 
 
@@ -232,8 +251,9 @@ def population_segment(policy: Policy, protocol: Protocol, params, hyper, states
                          (params, hyper, tuple(states)))
     widths = widths or (None,) * len(states)
     narrowed = [narrow_segment(c, s, w) for c, s, w in zip(consts, states, widths)]
-    new, ys = jax.vmap(functools.partial(scan_segment, policy, protocol))(
-        tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
+    # the features are closed over, not mapped: one dataset-order copy serves every member (``lane_features``)
+    scan = functools.partial(scan_segment, policy, protocol, features=tuple(b.features for b in buckets))
+    new, ys = jax.vmap(scan)(tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
     return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys
 
 

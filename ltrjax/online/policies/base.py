@@ -51,6 +51,10 @@ class QueryView(NamedTuple):
     counters: DocCounters  # live counters [Db]
     n_entered: jax.Array  # i32 []
     issue_count: jax.Array  # i32 [] including the current session
+    # the query's document features [Db, F] (entry order), gathered in the step from the one dataset-order copy
+    # that every member shares; read these instead of returning features from ``prepare``, which would copy
+    # them per member (XLA drops the gather when a policy does not read it)
+    features: jax.Array | None = None
 
 
 class SessionLog(NamedTuple):

@@ -96,7 +96,7 @@ class MGD(LinearOnlineLearner):
 
     # -- per segment
     def prepare(self, params, bucket: Bucket, behaviour=None):
-        return {"base": self.base(params, bucket.features), "features": bucket.features}
+        return {"base": self.base(params, bucket.features)}  # the features come per lane (QueryView.features)
 
     # -- rankers and the displayed list
     def directions(self, k_dir: jax.Array) -> jax.Array:
@@ -106,7 +106,7 @@ class MGD(LinearOnlineLearner):
         """``[R, D]``: the logging ranker's scores, then each candidate's s + delta u_j . x."""
         u = self.directions(k_dir)
         s0 = self.logging_scores(view.aux["base"], view.counters, self.w_b(view.params))
-        proj = view.aux["features"] @ u[:, : self.n_nb].T  # [D, n]
+        proj = view.features @ u[:, : self.n_nb].T  # [D, n]
         if self.concat:
             proj = proj + self.x_b(view.counters)[:, None] * u[None, :, self.n_nb]
         return jnp.concatenate([s0[None, :], s0[None, :] + self.delta * proj.T], axis=0)
