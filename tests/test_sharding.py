@@ -40,17 +40,22 @@ print(json.dumps({
 """
 
 
-def run(devices: int) -> dict:
+def start(devices: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
-    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def result(proc: subprocess.Popen) -> dict:
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def test_four_host_devices_equal_one():
-    one, four = run(1), run(4)
+    procs = start(1), start(4)  # side by side: each compiles on its own core
+    one, four = (result(p) for p in procs)
     assert one["devices"] == 1 and four["devices"] == 4
     assert four["state_devices"] == 4  # the member axis really was split over the devices
     assert one["clicks"] == four["clicks"]
