@@ -55,7 +55,12 @@ def result(proc: subprocess.Popen) -> dict:
 
 def test_four_host_devices_equal_one():
     procs = start(1), start(4)  # side by side: each compiles on its own core
-    one, four = (result(p) for p in procs)
+    try:
+        one, four = (result(p) for p in procs)
+    finally:
+        for proc in procs:  # a timed-out or failed run does not outlive the test (kill is a no-op once it ended)
+            proc.kill()
+            proc.wait()
     assert one["devices"] == 1 and four["devices"] == 4
     assert four["state_devices"] == 4  # the member axis really was split over the devices
     assert one["clicks"] == four["clicks"]
