@@ -8,7 +8,7 @@ ConfigStore under ``schema/``):
 | ``sim`` | ``ltrjax.online.simulator.SimConfig`` (the simulator's own settings) |
 | ``click_model`` | ``ltrjax.clicks.ClickModelConfig`` (a kind may only carry the keys it reads: ``KIND_KEYS``) |
 | ``dataset`` | ``ltrjax.data.registry.DatasetConfig`` (+ ``preset`` and the ``SyntheticParams`` fields for synthetic data) |
-| ``experiment`` | ``OnlineExperimentConfig``, ``OnlineTableExperimentConfig`` (here) or, for ``kind: offline``, a dataclass derived from ``ltrjax.offline.experiment.DEFAULTS`` |
+| ``experiment`` | ``OnlineExperimentConfig``, ``OnlineTableExperimentConfig`` (here) or, for ``kind: offline`` / ``offline_fidelity``, ``ltrjax.offline.config.OfflineConfig`` / ``FidelityConfig`` |
 | ``algorithms.NAME`` | derived from the ``_target_`` policy's constructor signature; ``fit`` is ``ltrjax.models.train.FitConfig``, ``tune`` names fields of the policy's ``Hyper`` |
 | ``fit_overrides`` | {glob of algorithm keys: some fields of ``FitConfig``} |
 | ``population``, ``layout``, ``data``, ``jax`` and the top level | ``RunConfig`` and its parts (here) |
@@ -44,7 +44,8 @@ from ltrjax.constraints import (Check, ConfigError, Each, NonNegative, NonNegati
 from ltrjax.data.registry import SYNTHETIC_KEYS, DatasetConfig
 from ltrjax.data.synthetic import PRESETS, SyntheticParams, synthetic_params
 from ltrjax.models.train import FitConfig
-from ltrjax.offline.rankers import RANKERS
+from ltrjax.offline.config import TOP_LEVEL as OFFLINE_TOP_LEVEL
+from ltrjax.offline.config import FidelityConfig, OfflineConfig
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import RELEVANCE_MAPPINGS, SimConfig
 
@@ -478,161 +479,32 @@ def resolve_algorithm(key: str, acfg, fit_overrides=None) -> dict:
 
 
 # --------------------------------------------------------------------------- experiments
-OFFLINE_CHECKS: dict[str, list[Check]] = {
-    "kind": [OneOf(("offline",))],
-    "seed": [Range(0)],
-    "trials": [Range(1)],
-    "n_sessions": [Range(1)],
-    "list_size": [Range(1)],
-    "production_fraction": [Range(0, 1, lo_open=True)],
-    "logging_chunk": [Range(1)],
-    "logging_boost.column": [Range(0)],
-    "ranker": [OneOf(RANKERS)],
-    "hidden": [Each(Range(1))],
-    "max_docs": [Range(1)],
-    "eval_buckets": [Range(1)],
-    "assumed_eta": [Range(0)],
-    "click_model.kind": [OneOf(click_model_kinds)],
-    "click_model.examination": [OneOf(EXAMINATION_CURVES)],
-    "click_model.eta": [Range(0)],
-    "click_model.relevance": [OneOf(RELEVANCE_MAPPINGS)],
-    "click_model.threshold": [Range(0)],
-    "click_model.noise": [Range(0, 1)],
-    "click_model.eps_minus_scale": [Range(0, 1)],
-    "click_model.preset": [OneOf(CASCADE_PRESETS)],
-    "eval.binarize": [OneOf(("auto", True, False))],
-    "eval.map_threshold": [Range(0)],
-    "estimator_options.naive_form": [OneOf(("pairwise", "listwise"))],
-    "estimator_options.ips_form": [OneOf(("pairwise", "listwise"))],
-    "estimator_options.labeled_form": [OneOf(("pairwise", "listwise"))],
-    "estimator_options.ips_clip": [Range(0, lo_open=True)],
-    "estimator_options.prs_gamma": [Range(0, lo_open=True)],
-    "estimator_options.dla_clip": [Range(0, lo_open=True)],
-    "estimator_options.em_step": [Range(0, lo_open=True)],
-    "estimator_options.pd_step": [Range(0, lo_open=True)],
-    "estimator_options.pd_p": [Range(0)],
-    "estimator_options.vec_dim": [Range(1)],
-    "estimator_options.vec_freeze": [Range(0)],
-    "estimator_options.vec_l2": [Range(0)],
-    "estimator_options.vec_base_hidden": [Each(Range(1))],
-}
-OFFLINE_TYPES = {"eval.binarize": Any, "train": TrainConfig, "train_overrides": Optional[Dict[str, Any]]}
+def check_offline_experiment(mapping, top: dict | None = None) -> dict:
+    """``experiment`` of ``experiment=offline`` typed as ``ltrjax.offline.config.OfflineConfig`` (its run-level keys
+    left null taken from ``top``)."""
+    exp = typed(OfflineConfig, mapping, "experiment", label="offline experiment")
+    return dataclasses.asdict(exp.resolved(top))
 
 
-def _infer_type(value):
-    if isinstance(value, bool):
-        return bool
-    if isinstance(value, int):
-        return int
-    if isinstance(value, float):
-        return float
-    if isinstance(value, str):
-        return str
-    if isinstance(value, (list, tuple)):
-        inner = {_infer_type(v) for v in value}
-        return List[inner.pop()] if len(inner) == 1 and None not in inner else List[Any]
-    return Any  # None: any value (the constraints check it)
-
-
-def _schema_from_defaults(name: str, defaults: dict, prefix: str = "", checks_by_key=None, types_by_key=None) -> type:
-    """A dataclass schema whose keys, defaults and types are those of ``defaults`` (nested mappings become nested
-    schemas, null any value), with the constraints ``checks_by_key`` and types ``types_by_key`` ({dotted key: ...})."""
-    checks_by_key = OFFLINE_CHECKS if checks_by_key is None else checks_by_key
-    types_by_key = OFFLINE_TYPES if types_by_key is None else types_by_key
-    fields = []
-    for key, value in defaults.items():
-        path = _join(prefix, key)
-        if path in types_by_key:
-            hint = types_by_key[path]
-        elif isinstance(value, dict):
-            hint = _schema_from_defaults(f"{name}_{key}", value, path, checks_by_key, types_by_key)
-        else:
-            hint = _infer_type(value)
-            if value is None or path in ("seed", "trials", "progress"):
-                hint = Optional[hint] if hint is not Any else Any
-        checks = checks_by_key.get(path, [])
-        if path == "estimators":
-            from ltrjax.offline.estimators import ALL_ESTIMATORS
-
-            checks = [Each(OneOf(ALL_ESTIMATORS))]
-        if checks:
-            hint = Annotated[(hint, *checks)]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            field = dataclasses.field(default_factory=lambda h=hint, v=value: h(**v) if h is TrainConfig else h())
-        elif isinstance(value, (list, dict)):
-            field = dataclasses.field(default_factory=lambda v=value: type(v)(v))
-        else:
-            field = dataclasses.field(default=value)
-        fields.append((key, hint, field))
-    def post_init(self):
-        for key, checks in field_checks(type(self)).items():
-            check_value(key, getattr(self, key), checks)
-
-    return dataclasses.make_dataclass(name, fields, namespace={"__post_init__": post_init})
-
-
-@functools.lru_cache(maxsize=None)
-def offline_schema() -> type:
-    """The schema of ``experiment`` for ``kind: offline``, derived from ``ltrjax.offline.experiment.DEFAULTS``
-    (its keys, and the types of their defaults) with the constraints of ``OFFLINE_CHECKS``."""
-    from ltrjax.offline.experiment import DEFAULTS
-
-    schema = _schema_from_defaults("OfflineExperimentConfig", DEFAULTS)
-    _store("schema", "experiment_offline", schema)
-    return schema
-
-
-def check_offline_experiment(mapping) -> dict:
-    exp = typed(offline_schema(), mapping, "experiment", label="offline experiment")
-    values = dataclasses.asdict(exp)
-    for name, fields in (values.get("train_overrides") or {}).items():
-        where = f"experiment.train_overrides.{name}"
-        from ltrjax.offline.estimators import ALL_ESTIMATORS
-
-        if name not in ALL_ESTIMATORS:
-            raise ConfigError(where, fields, f"expected an estimator name: one of {', '.join(ALL_ESTIMATORS)}")
-        try:
-            TrainConfig(**{**values["train"], **strict_fields(TrainConfig, fields, "train")})
-        except ConfigError as err:
-            raise err.within(where) from None
-    return values
+def check_fidelity_experiment(mapping, top: dict | None = None) -> dict:
+    """``experiment`` of ``experiment=offline_fidelity`` typed as ``ltrjax.offline.config.FidelityConfig``."""
+    del top
+    return dataclasses.asdict(typed(FidelityConfig, mapping, "experiment", label="offline_fidelity experiment"))
 
 
 # experiment kinds that read none of the online blocks (ONLINE_ONLY): {kind: check of the experiment mapping}
-OFFLINE_KINDS: dict[str, Any] = {"offline": check_offline_experiment}
+OFFLINE_KINDS: dict[str, Any] = {"offline": check_offline_experiment, "offline_fidelity": check_fidelity_experiment}
 
 
-def register_offline_kind(kind: str, defaults: dict, checks: dict | None = None, types: dict | None = None) -> None:
-    """Accept ``experiment.kind == kind`` for an experiment of the offline family: its ``experiment`` mapping is
-    checked against a schema derived from ``defaults`` (its keys and their types; ``checks``/``types``: {dotted key:
-    constraints / type}), and the online blocks are refused as for ``experiment=offline``."""
-    schema = _schema_from_defaults(f"{kind.title().replace('_', '')}ExperimentConfig", defaults, "", checks or {},
-                                   types or {})
+def register_offline_kind(kind: str, schema: type) -> None:
+    """Accept ``experiment.kind == kind`` for an experiment of the offline family, typed by dataclass ``schema``; the
+    online blocks are refused as for ``experiment=offline``."""
     _store("schema", f"experiment_{kind}", schema)
-    OFFLINE_KINDS[kind] = lambda mapping: dataclasses.asdict(typed(schema, mapping, "experiment", label=kind))
-
-
-def _register_fidelity() -> None:
-    from ltrjax.offline.fidelity import BEDS
-    from ltrjax.offline.fidelity_experiment import FIDELITY_DEFAULTS, VEC_SETTINGS
-
-    register_offline_kind("offline_fidelity", FIDELITY_DEFAULTS, {
-        "seed": [Range(0)], "trials": [Range(1)], "n_sessions": [Range(1)], "list_size": [Range(1)],
-        "production_fraction": [Range(0, 1, lo_open=True)], "logging_chunk": [Range(1)], "hidden": [Each(Range(1))],
-        "max_docs": [Range(1)], "eval_buckets": [Range(1)], "margin": [Range(0)],
-        "vectorization.ranker": [OneOf(("linear", "mlp"))], "vectorization.dims": [Each(Range(1))],
-        "vectorization.settings": [Each(OneOf(VEC_SETTINGS))], "prs.ranker": [OneOf(RANKERS)],
-        "prs.noise": [Each(Range(0, 1))], "prs.assumed_eta": [Each(Range(0))], "vector_eh.seeds": [Range(0)],
-        "vector_eh.bed": [OneOf(tuple(BEDS))], "vector_eh.first_seed": [Range(0)], "vector_eh.n_queries": [Range(1)],
-    }, {"train": TrainConfig, "estimator_options": Optional[Dict[str, Any]]})
-
-
-# kinds whose schema is registered on first use: {kind: registration}
-LAZY_OFFLINE_KINDS = {"offline_fidelity": _register_fidelity}
+    OFFLINE_KINDS[kind] = lambda mapping, top=None: dataclasses.asdict(typed(schema, mapping, "experiment", label=kind))
 
 
 def experiment_kinds() -> tuple[str, ...]:
-    return (*ONLINE_KINDS, *OFFLINE_KINDS, *(k for k in LAZY_OFFLINE_KINDS if k not in OFFLINE_KINDS))
+    return (*ONLINE_KINDS, *OFFLINE_KINDS)
 
 
 def override_key(text: str) -> str:
@@ -648,7 +520,7 @@ def _refuse_unused(kind: str, overrides, plain: dict) -> None:
         if kind in OFFLINE_KINDS and top in ONLINE_ONLY:
             where = {"click_model": "its clicks come from experiment.click_model (e.g. experiment.click_model.kind="
                                     "trust_bias)",
-                     "sim": "it logs experiment.n_sessions sessions of experiment.list_size results",
+                     "sim": "it logs experiment.n_clicks clicks on the production ranker's lists (experiment.list_size)",
                      "layout": "it pads evaluation lists into experiment.eval_buckets buckets",
                      "algorithms": "it trains the estimators of experiment.estimators",
                      "fit_overrides": "its estimators train with experiment.train and experiment.train_overrides",
@@ -704,8 +576,6 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
         raise ConfigError("experiment", experiment, "expected an experiment config (experiment=online, online_table, "
                           "ucbrank_table or offline)")
     kind = experiment.get("kind")
-    if kind in LAZY_OFFLINE_KINDS and kind not in OFFLINE_KINDS:
-        LAZY_OFFLINE_KINDS[kind]()
     if kind not in experiment_kinds():
         raise ConfigError("experiment.kind", kind, f"expected one of {', '.join(experiment_kinds())}")
     known = [f.name for f in dataclasses.fields(RunConfig)] + list(SEPARATE_BLOCKS)
@@ -716,7 +586,7 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
     top = typed(RunConfig, {k: v for k, v in plain.items() if k not in SEPARATE_BLOCKS}, "", label="run")
     out = dataclasses.asdict(top)
     if kind in OFFLINE_KINDS:
-        out["experiment"] = OFFLINE_KINDS[kind](experiment)
+        out["experiment"] = OFFLINE_KINDS[kind](experiment, {k: out[k] for k in OFFLINE_TOP_LEVEL})
         for key in ONLINE_ONLY:
             out.pop(key, None)
     else:
@@ -771,13 +641,14 @@ def _store(group: str, name: str, node) -> None:
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (group ``schema``), so that a config of your own can extend them
-    (``defaults: [/schema/sim@sim, _self_]``). The offline experiment's and each policy's (``schema/algorithm/CLASS``)
-    are stored when first built (``offline_schema``, ``algorithm_schema``)."""
+    (``defaults: [/schema/sim@sim, _self_]``). Each policy's (``schema/algorithm/CLASS``) is stored when first built
+    (``algorithm_schema``)."""
     for name, node in (("run", RunConfig), ("sim", SimConfig), ("click_model", ClickModelConfig),
                        ("dataset", DatasetConfig), ("dataset_synthetic", synthetic_schema()), ("fit", FitConfig),
                        ("population", PopulationConfig), ("layout", LayoutConfig), ("train", TrainConfig),
                        ("experiment_online", OnlineExperimentConfig),
-                       ("experiment_online_table", OnlineTableExperimentConfig)):
+                       ("experiment_online_table", OnlineTableExperimentConfig),
+                       ("experiment_offline", OfflineConfig), ("experiment_offline_fidelity", FidelityConfig)):
         _store("schema", name, node)
 
 

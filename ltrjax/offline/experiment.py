@@ -1,16 +1,15 @@
 """The offline experiment (SPEC §6): production ranker, logging, every estimator, test metrics.
 
-``run_offline(cfg, out_dir, queryset=None)`` runs ``cfg.experiment.trials`` trials (seeds
-``seed + t``) and writes ``results.json`` (after every trial) and ``results.md``. A trial is
-``prepare_trial`` (splits, padded evaluation lists, production ranker, the production top-K of
-every logged training query, the labeled skyline's lists) followed by ``run_setting`` (log
-sessions with one click model, train and evaluate each estimator); sweeps reuse a prepared
-trial across settings.
+``run_offline(cfg, out_dir, queryset=None)`` runs ``trials`` trials (seeds ``seed + t``) of an
+``OfflineConfig`` (``ltrjax.offline.config``) and writes ``results.json`` (after every trial) and
+``results.md``. A trial is ``prepare_trial`` (splits, padded evaluation lists, production ranker, the
+presented list of every logged training query: the whole candidate list by default, PRS §5.2; the labeled
+skyline's lists) followed by ``run_setting`` (log clicks up to the budget with one click model, train and
+evaluate each estimator on one schedule); sweeps reuse a prepared trial across settings.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import pathlib
@@ -22,49 +21,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.clicks import make_click_model, relevance
-from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator
+from ltrjax.offline import estimator_api
+from ltrjax.offline.config import OfflineConfig, as_mapping, from_mapping, is_oracle
+from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
-from ltrjax.offline.logging import LoggedLists, log_click_stats, pad_positions, top_k_lists
-from ltrjax.offline.train import TrainConfig, fit
+from ltrjax.offline.logging import (LoggedLists, chunk_size, log_click_stats, pad_positions,
+                                    randomization_propensities, top_k_lists)
+from ltrjax.offline.train import fit
 from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
-
-DEFAULTS = {
-    "kind": "offline", "name": "offline", "seed": 0, "trials": 5,
-    "estimators": ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regression_em", "pair_debias",
-                   "affine", "vectorization", "production", "labeled"],
-    "n_sessions": 1_000_000, "list_size": 10, "production_fraction": 0.01, "logging_chunk": 1 << 17,
-    # the logging policy ranks by the production score (divided by its std) + weight x the z-scored feature
-    # ``column`` (0-based): a business rule promoting documents on a feature the labels do not reward
-    "logging_boost": {"column": None, "weight": 0.0},
-    "ranker": "linear", "hidden": [64, 32], "max_docs": 256, "eval_buckets": 4, "progress": True,
-    "click_model": {"kind": "pbm", "examination": "inverse", "eta": 1.0, "relevance": "binary",
-                    "threshold": None, "noise": 0.1, "eps_minus_scale": 0.65, "preset": "navigational"},
-    "assumed_eta": None,
-    "eval": {"binarize": "auto", "map_threshold": 1, "drop_no_relevant": True},
-    "estimator_options": {"naive_form": "pairwise", "ips_form": "pairwise", "ips_clip": None, "prs_gamma": 1.0,
-                          "dla_clip": None, "em_step": 0.05, "pd_step": 0.05, "pd_p": 1.0, "vec_dim": 2,
-                          "vec_freeze": 500, "vec_joint_steps": 4000, "vec_l2": 1e-3, "vec_base_hidden": [256, 64],
-                          "affine_clip_negative": True, "labeled_form": "pairwise"},
-    "train": {"batch_size": 64, "optimizer": "adam", "learning_rate": 0.01, "clip_norm": 5.0,
-              "weight_decay": 0.0, "max_epochs": 300, "patience": 30, "eval_every": 1},
-    "train_overrides": {"vectorization": {"eval_every": 5}},
-    # a Parquet click log (ltrjax.clicklog) to train the click estimators from instead of logging sessions;
-    # write every trial's logged sessions to RUN/click_logs/trialT.parquet (null: the top-level keys of
-    # conf/config.yaml, `click_log=PATH`, `save_click_logs=true`); final parameters to RUN/models/
-    "click_log": None, "save_click_logs": None, "save_models": True,
-    "resume": True,  # a rerun into the same directory skips the trials already in its results.json
-}
-TOP_LEVEL = ("seed", "trials", "progress", "click_log", "save_click_logs")  # keys conf/config.yaml may set
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (over or {}).items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def plain_experiment(cfg) -> dict:
@@ -80,58 +47,54 @@ def plain_experiment(cfg) -> dict:
     return dict(exp or {})
 
 
-def experiment_config(cfg) -> dict:
-    """The experiment mapping (``cfg.experiment``) merged over ``DEFAULTS``, as plain dicts.
+def experiment_config(cfg) -> OfflineConfig:
+    """The run's ``OfflineConfig``: ``cfg`` itself, or built from ``cfg.experiment`` (a run config) or from a
+    plain experiment mapping; the run-level keys it leaves null come from the top level of ``cfg``."""
+    if isinstance(cfg, OfflineConfig):
+        return cfg.resolved()
+    top = {}
+    if hasattr(cfg, "get") and cfg.get("experiment") is not None:
+        top = {k: cfg.get(k) for k in ("seed", "trials", "progress", "click_log", "save_click_logs")}
+    return from_mapping(OfflineConfig, plain_experiment(cfg)).resolved(top)
 
-    ``seed``, ``trials`` and ``progress`` left null in ``cfg.experiment`` come from the top level of
-    ``cfg`` (the project's ``conf/config.yaml``), else from ``DEFAULTS``.
-    """
-    exp = {k: v for k, v in plain_experiment(cfg).items() if v is not None or k not in TOP_LEVEL}
-    top = {k: cfg.get(k) for k in TOP_LEVEL} if hasattr(cfg, "get") else {}
-    defaults = _merge(DEFAULTS, {k: v for k, v in top.items() if v is not None})
-    return _merge(defaults, exp)
 
-
-def binarize_threshold(exp: dict, y_max: int) -> int:
-    thr = exp["click_model"].get("threshold")
+def binarize_threshold(exp: OfflineConfig, y_max: int) -> int:
+    thr = exp.click_model.threshold
     return int(thr) if thr is not None else (1 if y_max <= 2 else 3)
 
 
-def evaluation_labels(labels, exp: dict, y_max: int) -> np.ndarray:
+def evaluation_labels(labels, exp: OfflineConfig, y_max: int) -> np.ndarray:
     """Labels used for evaluation and labeled training: binarized iff the click relevance is."""
-    mode = exp["eval"].get("binarize", "auto")
-    binarize = exp["click_model"].get("relevance") == "binary" if mode == "auto" else bool(mode)
+    mode = exp.eval.binarize
+    binarize = exp.click_model.relevance == "binary" if mode == "auto" else bool(mode)
     labels = np.asarray(labels)
     return (labels >= binarize_threshold(exp, y_max)).astype(np.int32) if binarize else labels.astype(np.int32)
 
 
-def click_relevance(labels, exp: dict, y_max: int):
-    cm = exp["click_model"]
-    mapping = cm.get("relevance", "binary")
-    return relevance(labels, y_max, mapping, threshold=binarize_threshold(exp, y_max),
-                     noise=float(cm.get("noise", 0.0) or 0.0))
+def click_relevance(labels, exp: OfflineConfig, y_max: int):
+    cm = exp.click_model
+    return relevance(labels, y_max, cm.relevance, threshold=binarize_threshold(exp, y_max), noise=float(cm.noise))
 
 
 # --------------------------------------------------------------------------- propensities
-def estimator_propensities(exp: dict, logged: LoggedLists, y_max: int) -> Propensities:
-    """What the estimators are told: theta_k (with ``assumed_eta``) and the affine alpha_k, beta_k.
+def model_propensities(exp: OfflineConfig, logged: LoggedLists, y_max: int, eta: float | None = None) -> Propensities:
+    """The click model's own theta_k, alpha_k, beta_k (``eta``: the examination exponent told instead).
 
-    PBM / trust bias: the model's own curves at the assumed eta; with binary relevance and noise mu
-    the affine terms are relative to R in {0, 1}: alpha = a (1 - 2 mu), beta = b + a mu.
-    TianGong (or any explicit ``matrix``) M[y, k]: theta_k = label-frequency-weighted CTR at k over the same at position 1 (what a
-    result-randomization experiment measures); alpha_k, beta_k = weighted least squares of M[y, k]
-    on the relevance mapping R(y). Cascade: theta = 1, alpha = 1, beta = 0.
+    PBM / trust bias: the model's curves; with binary relevance and noise mu the affine terms are relative
+    to R in {0, 1}: alpha = a (1 - 2 mu), beta = b + a mu. TianGong (or any ``matrix``) M[y, k]: theta_k =
+    label-frequency-weighted CTR at k over the same at position 1 (what a result-randomization experiment
+    measures); alpha_k, beta_k = weighted least squares of M[y, k] on R(y). Cascade: theta = 1, alpha = 1.
     """
-    cm = dict(exp["click_model"])
+    cm = exp.click_model.mapping()
     k = int(logged.mask.shape[1])
-    kind = cm.get("kind", "pbm")
+    kind = cm["kind"]
     if kind in ("pbm", "trust_bias"):
-        if exp.get("assumed_eta") is not None:
-            cm["eta"] = float(exp["assumed_eta"])
+        if eta is not None:
+            cm["eta"] = float(eta)
         model = make_click_model(cm, k)
         theta, alpha, beta = (np.asarray(model.examination), np.asarray(model.alpha), np.asarray(model.beta))
-        if cm.get("relevance") == "binary":
-            mu = float(cm.get("noise", 0.0) or 0.0)
+        if cm["relevance"] == "binary":
+            mu = float(cm["noise"])
             alpha, beta = alpha * (1 - 2 * mu), beta + alpha * mu
         return Propensities(*(jnp.asarray(a, jnp.float32) for a in (theta, alpha, beta)))
     if kind in ("tiangong", "matrix"):
@@ -150,6 +113,26 @@ def estimator_propensities(exp: dict, logged: LoggedLists, y_max: int) -> Propen
         return Propensities(*(jnp.asarray(a, jnp.float32) for a in (theta, alpha, beta)))
     ones = jnp.ones((k,), jnp.float32)
     return Propensities(theta=ones, alpha=ones, beta=jnp.zeros_like(ones))
+
+
+def told_propensities(exp: OfflineConfig, logged: LoggedLists, y_max: int, key) -> tuple[Propensities, dict]:
+    """What the non-oracle estimators are told (PRS Figs. 3-6: the true theta, at ``assumed_eta`` when set; PRS
+    Table 1, ``propensities: randomization``: theta estimated by a simulated result-randomization experiment)
+    and a description of it for the report."""
+    if exp.propensities == "randomization":
+        model = make_click_model(exp.click_model.mapping(), int(logged.mask.shape[1]))
+        theta = randomization_propensities(key, model, logged, int(exp.randomization_sessions))
+        theta = jnp.asarray(theta, jnp.float32)
+        return (Propensities(theta=theta, alpha=theta, beta=jnp.zeros_like(theta)),
+                {"source": "randomization", "sessions": int(exp.randomization_sessions),
+                 "theta": np.asarray(theta).round(4).tolist()})
+    props = model_propensities(exp, logged, y_max, eta=exp.assumed_eta)
+    return props, {"source": "known", "eta": exp.assumed_eta if exp.assumed_eta is not None else exp.click_model.eta}
+
+
+# backwards-compatible name: what every estimator was told before the oracle / told split
+def estimator_propensities(exp: OfflineConfig, logged: LoggedLists, y_max: int) -> Propensities:
+    return model_propensities(exp, logged, y_max, eta=exp.assumed_eta)
 
 
 # --------------------------------------------------------------------------- a trial
@@ -174,16 +157,16 @@ def _labeled_batch(lists) -> LabeledBatch:
                         mask=jnp.asarray(lists.mask))
 
 
-def _train_cfg(exp: dict, name: str) -> TrainConfig:
-    return TrainConfig.from_mapping(_merge(exp["train"], exp.get("train_overrides", {}).get(name, {})))
+def make_named_estimator(exp: OfflineConfig, name: str, ranker: str | None = None):
+    """Estimator ``name`` with the run's ranker (``ranker`` overrides it) and its ``estimator_options``."""
+    return estimator_api.make(name, ranker=ranker or exp.ranker, hidden=tuple(exp.hidden), **exp.options_for(name))
 
 
-def logging_scores(qs, exp: dict, buckets, scores) -> list:
+def logging_scores(qs, exp: OfflineConfig, buckets, scores) -> list:
     """The logging policy's scores per bucket: the production ranker's, or with ``logging_boost`` = {column c,
     weight w} the production score over its standard deviation (over the logged documents) plus w times the
     z-scored feature c. Only the order within a query matters; w = 0 leaves the production order unchanged."""
-    boost = exp.get("logging_boost") or {}
-    col, weight = boost.get("column"), float(boost.get("weight") or 0.0)
+    col, weight = exp.logging_boost.column, float(exp.logging_boost.weight)
     if col is None or weight == 0.0:
         return scores
     col = int(col)
@@ -197,35 +180,42 @@ def logging_scores(qs, exp: dict, buckets, scores) -> list:
             for b, s in zip(buckets, scores)]
 
 
-def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
-    """Splits, evaluation lists, the production ranker and its top-K lists for the logged queries."""
+def presented_size(exp: OfflineConfig, sizes) -> int:
+    """K, the presented list's length: ``list_size``, else the longest logged candidate list up to ``list_cap``."""
+    if exp.list_size is not None:
+        return int(exp.list_size)
+    return int(min(exp.list_cap, max(int(np.max(sizes, initial=1)), 1)))
+
+
+def prepare_trial(qs, exp: OfflineConfig, seed: int) -> TrialData:
+    """Splits, evaluation lists, the production ranker and the presented lists of the logged queries."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     key = jax.random.PRNGKey(seed)
     y_max = int(qs.y_max)
-    k = int(exp["list_size"])
     eval_view = types.SimpleNamespace(features=qs.features, query_offsets=qs.query_offsets,
                                       labels=evaluation_labels(qs.labels, exp, y_max))
     split = np.asarray(qs.split)
     train_ids, vali_ids, test_ids = (np.flatnonzero(split == s) for s in (0, 1, 2))
     sizes = np.diff(np.asarray(qs.query_offsets))
-    widths = bucket_widths(sizes[np.concatenate([vali_ids, test_ids])], int(exp["eval_buckets"]))
+    widths = bucket_widths(sizes[np.concatenate([vali_ids, test_ids])], int(exp.eval_buckets))
     vali = bucket_queries(eval_view, vali_ids, rng, widths=widths)
     test = bucket_queries(eval_view, test_ids, rng, widths=widths)
-    n_prod = max(1, int(round(exp["production_fraction"] * len(train_ids))))
+    n_prod = max(1, int(round(exp.production_fraction * len(train_ids))))
     perm = rng.permutation(train_ids)
     prod_ids, logged_ids = np.sort(perm[:n_prod]), np.sort(perm[n_prod:])
+    k = presented_size(exp, sizes[logged_ids])
 
-    prod_est = make_estimator("production", exp["estimator_options"], "linear")
-    prod_data = _labeled_batch(pad_queries(eval_view, prod_ids, rng, max_docs=exp["max_docs"]))
-    prod = fit(prod_est, prod_data, jax.random.fold_in(key, 1), qs.n_features, _train_cfg(exp, "production"),
+    prod_est = make_named_estimator(exp, "production", ranker="linear")
+    prod_data = _labeled_batch(pad_queries(eval_view, prod_ids, rng, max_docs=exp.max_docs))
+    prod = fit(prod_est, prod_data, jax.random.fold_in(key, 1), qs.n_features, exp.train_for("production"),
                validate=make_validator(prod_est, vali))
-    prod_metrics = make_evaluator(prod_est, test, map_threshold=exp["eval"]["map_threshold"],
-                                  drop_no_relevant=exp["eval"]["drop_no_relevant"])(prod.params, prod.state)
+    prod_metrics = make_evaluator(prod_est, test, map_threshold=exp.eval.map_threshold,
+                                  drop_no_relevant=exp.eval.drop_no_relevant)(prod.params, prod.state)
 
     parts = []
     prod_score = jitted_score(prod_est)
-    buckets = bucket_queries(qs, logged_ids, rng, n_buckets=int(exp["eval_buckets"]))
+    buckets = bucket_queries(qs, logged_ids, rng, n_buckets=int(exp.eval_buckets))
     scores = [prod_score(prod.params, prod.state, jnp.asarray(b.features), jnp.asarray(b.mask)) for b in buckets]
     scores = logging_scores(qs, exp, buckets, scores)
     for b, s in zip(buckets, scores):
@@ -234,25 +224,47 @@ def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
     logged = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *parts)
     order = jnp.argsort(logged.query_index)  # rows in query order, as a click log read back has them
     logged = jax.tree_util.tree_map(lambda a: a[order], logged)
-    labeled_train = _labeled_batch(pad_queries(eval_view, train_ids, rng, max_docs=exp["max_docs"]))
+    labeled_train = _labeled_batch(pad_queries(eval_view, train_ids, rng, max_docs=exp.max_docs))
+    shown = np.asarray(logged.mask).sum(1)
     info = {"n_train": int(len(train_ids)), "n_vali": int(len(vali_ids)), "n_test": int(len(test_ids)),
             "n_production_queries": int(n_prod), "n_logged_queries": int(len(logged_ids)),
+            "list_size": k, "mean_presented": float(shown.mean()), "max_candidates": int(sizes[logged_ids].max()),
             "prepare_seconds": time.perf_counter() - t0, "production_epochs": prod.history["epochs"]}
     return TrialData(seed=seed, n_features=int(qs.n_features), y_max=y_max, vali=vali, test=test, logged=logged,
                      labeled_train=labeled_train, production=prod, production_estimator=prod_est,
                      production_metrics=prod_metrics, info=info)
 
 
-def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_data=None, on_chunk=None,
-                on_fit=None) -> dict:
-    """Log sessions with ``exp['click_model']`` and train/evaluate ``estimators`` (default: all).
+def logging_budget(exp: OfflineConfig, n_logged_queries: int) -> dict:
+    """``log_click_stats``'s budget: {"n_sessions": n} or {"n_clicks": n} (clicks per query x logged queries)."""
+    unit, amount = exp.budget
+    if unit == "sessions":
+        return {"n_sessions": int(amount)}
+    if unit == "clicks_per_query":
+        return {"n_clicks": max(1, int(round(amount * n_logged_queries)))}
+    return {"n_clicks": int(amount)}
 
+
+def fit_schedule(fr, cfg) -> dict:
+    """The schedule a fit ran under (steps; a tree ensemble's in boosting rounds) and what it used of it."""
+    h = fr.history
+    if "schedule" in h:
+        return {**h["schedule"], "steps_run": h["steps"], "best_step": h["best_step"]}
+    return {"max_rounds": max(cfg.max_epochs, cfg.min_epochs), "eval_every_rounds": cfg.eval_every,
+            "patience_rounds": cfg.patience, "rounds_run": h["epochs"], "best_round": h["best_epoch"]}
+
+
+def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print, click_data=None, on_chunk=None,
+                on_fit=None) -> dict:
+    """Log clicks with ``exp.click_model`` up to the budget and train/evaluate ``estimators`` (default: all).
+
+    Estimators named ``*_oracle`` are told the true click model; the others what ``exp.propensities`` says.
     ``click_data`` = (LoggedLists, ClickStats, info) of a click log (``offline.click_data``) replaces the
     logging; ``on_chunk`` receives the logged sessions (``log_click_stats``); ``on_fit(name, estimator,
     FitResult)`` every trained model.
     """
-    estimators = list(estimators or exp["estimators"])
-    k = int(exp["list_size"])
+    estimators = list(estimators or exp.estimators)
+    k = int(trial.logged.mask.shape[1])
     key = jax.random.fold_in(jax.random.PRNGKey(trial.seed), 7)
     out = {}
     timing = {}
@@ -262,45 +274,53 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
         logged = source.replace(relevance=jnp.where(source.mask, click_relevance(source.labels, exp, trial.y_max), 0.0))
         t0 = time.perf_counter()
         if click_data is None:
-            model = make_click_model(exp["click_model"], k)
-            stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, int(exp["n_sessions"]),
-                                    chunk=int(exp["logging_chunk"]), progress=exp.get("progress", False),
-                                    on_chunk=on_chunk)
+            model = make_click_model(exp.click_model.mapping(), k)
+            budget = logging_budget(exp, int(logged.mask.shape[0]))
+            stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, chunk=exp.logging_chunk,
+                                    progress=bool(exp.progress), on_chunk=on_chunk, **budget)
         else:
             stats = click_data[1]
         timing["logging"] = time.perf_counter() - t0
         data = ClickBatch(features=logged.features, mask=logged.mask, n_sessions=stats.n_sessions,
                           clicks=stats.clicks, pairs=stats.pairs, pairs_lambda=stats.pairs_lambda)
-        props = estimator_propensities(exp, logged, trial.y_max)
+        told, told_info = told_propensities(exp, logged, trial.y_max, jax.random.fold_in(key, 3))
+        truth = model_propensities(exp, logged, trial.y_max)
+        n_queries = int(np.unique(np.asarray(logged.query_index)).size)
         out["_logging"] = {"sessions": stats.total_sessions, "clicks": stats.total_clicks,
+                           "clicks_per_query": stats.total_clicks / max(n_queries, 1), "list_size": k,
+                           "propensities": told_info,
                            **({"click_log": click_data[2]} if click_data is not None else {})}
-    evaluator_kw = {"map_threshold": exp["eval"]["map_threshold"], "drop_no_relevant": exp["eval"]["drop_no_relevant"]}
+    evaluator_kw = {"map_threshold": exp.eval.map_threshold, "drop_no_relevant": exp.eval.drop_no_relevant}
     for name in estimators:
         t0 = time.perf_counter()
+        cfg = exp.train_for(name)
         if name == "production":
             res = dict(trial.production_metrics)
             res["epochs"] = trial.production.history["epochs"]
+            res["schedule"] = fit_schedule(trial.production, exp.train_for("production"))
             if on_fit is not None:
                 on_fit(name, trial.production_estimator, trial.production)
         elif name == "labeled":
-            ck = ("labeled", exp["ranker"], json.dumps(exp["train"], sort_keys=True),
-                  exp["estimator_options"]["labeled_form"])
+            ck = ("labeled", exp.ranker, json.dumps(dataclasses.asdict(cfg), sort_keys=True),
+                  json.dumps(exp.options_for("labeled"), sort_keys=True))
             if ck not in trial.cache:
-                est = make_estimator("labeled", exp["estimator_options"], exp["ranker"], exp["hidden"])
-                fr = fit(est, trial.labeled_train, jax.random.fold_in(key, 100), trial.n_features,
-                         _train_cfg(exp, name), validate=make_validator(est, trial.vali))
+                est = make_named_estimator(exp, "labeled")
+                fr = fit(est, trial.labeled_train, jax.random.fold_in(key, 100), trial.n_features, cfg,
+                         validate=make_validator(est, trial.vali))
                 res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
-                res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])
+                res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"],
+                           schedule=fit_schedule(fr, cfg))
                 trial.cache[ck] = res
                 if on_fit is not None:
                     on_fit(name, est, fr)
             res = dict(trial.cache[ck])
         else:
-            est = make_estimator(name, exp["estimator_options"], exp["ranker"], exp["hidden"])
-            fr = fit(est, data, jax.random.fold_in(key, 100), trial.n_features, _train_cfg(exp, name),
-                     validate=make_validator(est, trial.vali), props=props)
+            est = make_named_estimator(exp, name)
+            fr = fit(est, data, jax.random.fold_in(key, 100), trial.n_features, cfg,
+                     validate=make_validator(est, trial.vali), props=truth if is_oracle(name) else told)
             res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
-            res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"])
+            res.update(epochs=fr.history["epochs"], best_vali=fr.history["best_vali"], schedule=fit_schedule(fr, cfg),
+                       told="true click model" if is_oracle(name) else told_info["source"])
             if on_fit is not None:
                 on_fit(name, est, fr)
             if "theta" in fr.state:
@@ -360,17 +380,15 @@ def enable_compilation_cache(path=None) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def load_queryset(cfg, exp: dict):
-    """The dataset of ``cfg.dataset`` (registry mapping) with every query kept (``min_docs: 0``)."""
+def load_queryset(cfg, exp: OfflineConfig):
+    """The dataset of ``cfg.dataset`` (registry mapping) with every query kept (``min_docs: 0``); the run's
+    validated config always names one (``ltrjax.schema.validate`` fills in the synthetic default)."""
     from ltrjax.data.registry import load_dataset
 
     ds = cfg.get("dataset") if hasattr(cfg, "get") else None
     if ds is None:
-        from omegaconf import OmegaConf
-
-        from ltrjax.schema import conf_dir
-
-        ds = OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml")
+        raise ValueError("no dataset: pass a queryset, or a run config with a dataset block (python -m ltrjax.run "
+                         "+dataset=NAME; ltrjax.schema.validate fills in the synthetic default)")
     try:
         from omegaconf import OmegaConf
 
@@ -379,13 +397,13 @@ def load_queryset(cfg, exp: dict):
         ds = dict(ds)
     ds["min_docs"] = 0
     data = (cfg.get("data") if hasattr(cfg, "get") else None) or {}
-    return load_dataset(ds, seed=int(exp["seed"]), cache_dir=data.get("cache_dir") or None)
+    return load_dataset(ds, seed=int(exp.seed), cache_dir=data.get("cache_dir") or None)
 
 
 RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
 
 
-def finished_trials(out_dir: pathlib.Path, exp: dict, qs) -> tuple[list[dict], list[dict]]:
+def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list[dict], list[dict]]:
     """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
 
     A file written for another dataset or configuration (other than the trial count) is refused.
@@ -397,7 +415,7 @@ def finished_trials(out_dir: pathlib.Path, exp: dict, qs) -> tuple[list[dict], l
         old = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
-    mine = _jsonable({k: v for k, v in exp.items() if k not in RESUME_IGNORES})
+    mine = _jsonable({k: v for k, v in as_mapping(exp).items() if k not in RESUME_IGNORES})
     theirs = {k: v for k, v in (old.get("config") or {}).items() if k not in RESUME_IGNORES}
     differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
     if old.get("dataset") != getattr(qs, "name", "?") or differ:
@@ -410,7 +428,7 @@ def finished_trials(out_dir: pathlib.Path, exp: dict, qs) -> tuple[list[dict], l
     return trials, infos
 
 
-def _run_trial(trial: TrialData, exp: dict, qs, out_dir: pathlib.Path, t: int, click_log) -> dict:
+def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, t: int, click_log) -> dict:
     """``run_setting`` of one trial of ``run_offline``: from the click log if given, with its models saved
     under ``out_dir/models/`` and its logged sessions under ``out_dir/click_logs/`` when asked."""
     click_data, on_chunk, writer = None, None, None
@@ -418,22 +436,23 @@ def _run_trial(trial: TrialData, exp: dict, qs, out_dir: pathlib.Path, t: int, c
         from ltrjax.offline.click_data import click_training_data
 
         click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
-                                         chunk=int(exp["logging_chunk"]), path=str(exp["click_log"]))
-    elif exp.get("save_click_logs"):
+                                         chunk=chunk_size(int(click_log.doc_ids.shape[1]), exp.logging_chunk),
+                                         path=str(exp.click_log))
+    elif exp.save_click_logs:
         from ltrjax.clicklog import ClickLogWriter
         from ltrjax.offline.click_data import logged_sessions
 
         writer = ClickLogWriter(out_dir / "click_logs" / f"trial{t}.parquet",
                                 {"source": "offline", "dataset": getattr(qs, "name", "?"), "seed": trial.seed,
-                                 "click_model": exp["click_model"]})
+                                 "click_model": exp.click_model.mapping()})
         on_chunk = lambda first, q, c: writer.write(logged_sessions(trial.logged, qs, first, q, c))  # noqa: E731
     on_fit = None
-    if exp.get("save_models", True):
+    if exp.save_models:
         spec = feature_spec(qs)
 
         def on_fit(name, est, fr):
-            meta = {"kind": "offline", "estimator": name, "options": exp["estimator_options"],
-                    "ranker": "linear" if name == "production" else exp["ranker"], "hidden": exp["hidden"],
+            meta = {"kind": "offline", "estimator": name, "options": exp.options_for(name),
+                    "ranker": "linear" if name == "production" else exp.ranker, "hidden": list(exp.hidden),
                     "trial": t, "seed": trial.seed, "n_features": trial.n_features, "features": spec}
             save_model(model_path(out_dir, name, t), meta, fr.params, fr.state)
     try:
@@ -443,23 +462,38 @@ def _run_trial(trial: TrialData, exp: dict, qs, out_dir: pathlib.Path, t: int, c
             writer.close()
 
 
+def _results(trials, infos, exp: OfflineConfig, qs) -> dict:
+    return {"algorithms": summarize(trials, exp.estimators), "dataset": getattr(qs, "name", "?"),
+            "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
+            "training": {name: trials[-1][name].get("schedule") for name in exp.estimators
+                         if trials and name in trials[-1]}}
+
+
+def protocol_line(exp: OfflineConfig, infos: list[dict]) -> str:
+    """One line: the presented list, the budget and the clicks per query the run logged."""
+    unit, amount = exp.budget
+    lists = f"top-{exp.list_size}" if exp.list_size else f"whole candidate lists (at most {exp.list_cap})"
+    cpq = [i["clicks_per_query"] for i in infos if "clicks_per_query" in i]
+    per_q = f", {np.mean(cpq):.1f} clicks per logged query" if cpq else ""
+    return f"{lists}, budget {amount} {unit.replace('_', ' ')}{per_q}"
+
+
 def run_offline(cfg, out_dir, queryset=None) -> dict:
     """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md."""
     exp = experiment_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else load_queryset(cfg, exp)
-    trials, infos = finished_trials(out_dir, exp, qs) if exp.get("resume", True) else ([], [])
+    trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
     click_log = None
-    if exp.get("click_log"):
+    if exp.click_log:
         from ltrjax.clicklog import read_click_log
 
-        click_log = read_click_log(exp["click_log"])
+        click_log = read_click_log(exp.click_log)
     from tqdm import tqdm
 
-    results = None
-    for t in tqdm(range(int(exp["trials"])), desc="offline trials", disable=not exp.get("progress", False)):
-        seed = int(exp["seed"]) + t
+    for t in tqdm(range(int(exp.trials)), desc="offline trials", disable=not exp.progress):
+        seed = int(exp.seed) + t
         if t < len(trials):
             print(f"trial {t} (seed {seed}): finished in {out_dir / 'results.json'}, skipped", flush=True)
             continue
@@ -468,14 +502,10 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         res = _run_trial(trial, exp, qs, out_dir, t, click_log)
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
-        results = {"algorithms": summarize(trials, exp["estimators"]), "dataset": getattr(qs, "name", "?"),
-                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos}
-        (out_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
-    if results is None:  # every trial was already there
-        results = {"algorithms": summarize(trials, exp["estimators"]), "dataset": getattr(qs, "name", "?"),
-                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos}
-    source = f"click log {exp['click_log']}" if exp.get("click_log") else f"n_sessions={exp['n_sessions']}"
-    md = markdown_table(results["algorithms"], f"{results['dataset']}: {exp['click_model']} "
+        (out_dir / "results.json").write_text(json.dumps(_jsonable(_results(trials, infos, exp, qs)), indent=1))
+    results = _results(trials, infos, exp, qs)
+    source = f"click log {exp.click_log}" if exp.click_log else protocol_line(exp, infos)
+    md = markdown_table(results["algorithms"], f"{results['dataset']}: {exp.click_model.mapping()}, "
                         f"{source}, {len(trials)} trials")
     (out_dir / "results.md").write_text(md)
     print(md)

@@ -242,19 +242,20 @@ def equivalence_verdict(t: dict) -> str:
     return "does not hold"
 
 
-def vector_eh_config(model: VectorEH, n_sessions: int = 200_000, ranker: str = "linear", **over) -> dict:
-    """The offline experiment mapping for clicks from ``model``: the ULTRA listwise forms of naive and
-    IPS (as in the Vectorization paper's baselines), Vectorization with the model's true d."""
-    from ltrjax.offline.experiment import _merge
+def vector_eh_config(model: VectorEH, n_sessions: int = 200_000, ranker: str = "linear", **over):
+    """The ``OfflineConfig`` for clicks from ``model``: the production top-10, the ULTRA listwise forms of naive and
+    IPS (as in the Vectorization paper's baselines), Vectorization with the model's true d; ``over`` overrides."""
+    from ltrjax.offline.config import EvalConfig, OfflineClickModel, OfflineConfig, from_mapping, override
+    from ltrjax.offline.estimator_api import vectorization_table_options
 
-    base = {"seed": 0, "trials": 1, "progress": False, "n_sessions": n_sessions, "list_size": 10,
-            "ranker": ranker, "click_model": model.click_model(), "eval": {"binarize": False},
-            "estimator_options": {"vec_dim": model.dim, "naive_form": "listwise", "ips_form": "listwise"},
-            "train_overrides": {"vectorization": {"eval_every": 50}}}
-    return _merge(base, over)
+    base = OfflineConfig(seed=0, trials=1, progress=False, n_sessions=n_sessions, list_size=10, ranker=ranker,
+                         click_model=from_mapping(OfflineClickModel, model.click_model()),
+                         eval=EvalConfig(binarize=False), estimator_options=vectorization_table_options(model.dim),
+                         save_models=False, resume=False)
+    return override(base, over)
 
 
-def mean_observation_ndcg(trial, exp: dict, fr) -> float:
+def mean_observation_ndcg(trial, exp, fr) -> float:
     """Test NDCG@10 of a fitted Vectorization ranking by <r(x), mean_k o_k> instead of the base model's
     precision-weighted base vector (Eq. 8): isolates the base-vector estimate from r and the o_k."""
     import jax.numpy as jnp
@@ -263,14 +264,14 @@ def mean_observation_ndcg(trial, exp: dict, fr) -> float:
     from ltrjax.offline.evaluate import make_evaluator
     from ltrjax.offline.rankers import make_scorer
 
-    d = int(exp["estimator_options"]["vec_dim"])
-    scorer = make_scorer(exp["ranker"], d, tuple(exp["hidden"]))
+    d = int(np.asarray(fr.params["observation"]).shape[1])
+    scorer = make_scorer(exp.ranker, d, tuple(exp.hidden))
     b = jnp.mean(fr.params["observation"], axis=0)
 
     def score(params, state, features, mask):
         return jnp.sum(scorer.apply(params["ranker"], features) * b, axis=-1)
 
-    est = Estimator(f"vectorization_mean_o_{d}_{exp['ranker']}", None, None, score)
+    est = Estimator(f"vectorization_mean_o_{d}_{exp.ranker}", None, None, score)
     return float(make_evaluator(est, trial.test)(fr.params, fr.state)["ndcg@10"])
 
 
@@ -294,15 +295,16 @@ def shuffled_positions(logged, copies: int, seed: int):
                           query_index=jnp.asarray(np.asarray(logged.query_index)[rows]))
 
 
-def compare(qs, cfg: dict, seeds, estimators, log=None, shuffle_copies: int = 0) -> dict:
+def compare(qs, cfg, seeds, estimators, log=None, shuffle_copies: int = 0) -> dict:
     """Test NDCG@10 of every estimator per seed ({name: [per seed]}) and Vectorization's learned o_k.
 
     Each seed prepares its own trial (split-internal production ranker and logged lists) and logs its
     own sessions; estimators share a seed's data, so differences are paired.
     """
     from ltrjax.offline import experiment as E
+    from ltrjax.offline.config import override
 
-    exp = E.experiment_config({**cfg, "estimators": list(estimators)})
+    exp = override(cfg, {"estimators": list(estimators)})
     out = {e: [] for e in estimators}
     out["observation"] = []
     for s in seeds:
@@ -363,15 +365,15 @@ BEDS = {
 }
 
 
-def trust_bias_config(n_sessions: int = 200_000, ranker: str = "linear", **over) -> dict:
+def trust_bias_config(n_sessions: int = 200_000, ranker: str = "linear", **over):
     """Graded trust bias as in the Vectorization paper (Eq. 12-13): Joachims theta, eps+ = 1 - (k+1)/100,
-    eps- = 0.65/k, gamma_y = (2^(y-1) - 1)/(2^(y_max-1) - 1); a 2-dimensional vector EH."""
-    from ltrjax.offline.experiment import _merge
+    eps- = 0.65/k, the Vectorization relevance mapping (Eq. 13); a 2-dimensional vector EH."""
+    from ltrjax.offline.config import OfflineClickModel, override
 
     base = vector_eh_config(vector_eh(2), n_sessions, ranker)
-    base["click_model"] = {"kind": "trust_bias", "examination": "joachims", "eta": 1.0, "relevance": "vectorization",
-                           "noise": 0.0}
-    return _merge(base, over)
+    base = override(base, {"click_model": OfflineClickModel(kind="trust_bias", examination="joachims", eta=1.0,
+                                                            relevance="vectorization", noise=0.0)})
+    return override(base, over)
 
 
 def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: float = 0.01, old_schedule=(3,),
@@ -383,7 +385,8 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
     * d = 1 on PBM clicks (scalar EH): Vectorization against DLA within ``margin`` (TOST);
     * trust bias: Vectorization (d = 2) against Affine within ``margin`` (TOST).
     """
-    from ltrjax.offline.experiment import _merge
+    from ltrjax.offline.config import override
+    from ltrjax.offline.estimator_api import NEW_INTERFACE
 
     over = over or {}
     claims, raw = [], {}
@@ -414,7 +417,8 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
                               "between the spans > 0.9 in every seed)",
                      "verdict": "holds" if min(cos) > 0.9 else ("holds weakly" if np.mean(cos) > 0.7 else "does not hold")}
         if d in old_schedule:
-            old = compare(qs, _merge(cfg, {"estimator_options": {"vec_joint_steps": 200}}), seeds,
+            joint = "joint_steps" if NEW_INTERFACE else "vec_joint_steps"
+            old = compare(qs, override(cfg, {"estimator_options": {"vectorization": {joint: 200}}}), seeds,
                           ("vectorization",), log=log)
             rec_old = [subspace_r2(model.observation, np.asarray(o)) for o in old["observation"]]
             cos_old = [float(principal_cosines(model.observation, np.asarray(o))[-1]) for o in old["observation"]]
@@ -445,8 +449,11 @@ def _pbm_check(qs, seeds, n_sessions, margin, over, raw, log) -> list:
             "verdict": equivalence_verdict(t)}]
     # Under the softmax loss (Eq. 9) d = 1 models logit(x, k) = r(x) o_k, which has no additive log theta_k,
     # so it cannot express a PBM; d = 2 can (r = (s(x), 1)).
-    d2 = compare(qs, vector_eh_config(vector_eh(1), n_sessions, **{**over, "estimator_options": {
-        **over.get("estimator_options", {}), "vec_dim": 2}}), seeds, ("vectorization",), log=log)
+    from ltrjax.offline.config import override
+    from ltrjax.offline.estimator_api import vectorization_table_options
+
+    d2 = compare(qs, override(vector_eh_config(vector_eh(1), n_sessions, **over),
+                              {"estimator_options": vectorization_table_options(2)}), seeds, ("vectorization",), log=log)
     raw["pbm_d2"] = d2
     t = equivalence_test(d2["vectorization"], res["dla"], margin)
     out.append({"paper": "Vectorization", "setting": "PBM (scalar EH), d=2",

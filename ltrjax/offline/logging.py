@@ -144,13 +144,18 @@ def log_sessions(key, model: ClickModel, logged: LoggedLists, n_sessions: int) -
 
 
 @functools.partial(jax.jit, static_argnames=("chunk",))
-def _log_chunk(key, i, remaining, stats: ClickStats, model: ClickModel, logged: LoggedLists, chunk: int):
-    """(stats plus chunk ``i``'s sessions, its logged query ``[chunk]`` and clicks ``[chunk, K]``)."""
+def _log_chunk(key, i, remaining, clicks_left, stats: ClickStats, model: ClickModel, logged: LoggedLists, chunk: int):
+    """(stats plus chunk ``i``'s sessions, its logged query ``[chunk]``, clicks ``[chunk, K]``, sessions kept).
+
+    A session is kept while fewer than ``remaining`` sessions and ``clicks_left`` clicks came before it in the
+    chunk: the sessions of a budget are a prefix of the chunk."""
     n_queries, k = logged.mask.shape
     query, uniforms = draw_sessions(jax.random.fold_in(key, i), chunk, n_queries, k)
     clicks = session_clicks(model, logged, query, uniforms)
-    weight = jnp.arange(chunk) < remaining
-    return _add(stats, reduce_sessions(clicks, query, n_queries, weight)), query, clicks
+    per_session = jnp.sum(clicks, axis=1).astype(jnp.float32)
+    clicks_before = jnp.cumsum(per_session) - per_session
+    weight = (jnp.arange(chunk) < remaining) & (clicks_before < clicks_left)
+    return _add(stats, reduce_sessions(clicks, query, n_queries, weight)), query, clicks, jnp.sum(weight)
 
 
 def empty_stats(n_queries: int, k: int) -> ClickStats:
@@ -158,29 +163,101 @@ def empty_stats(n_queries: int, k: int) -> ClickStats:
                       pairs=jnp.zeros((n_queries, k, k)), pairs_lambda=jnp.zeros((n_queries, k, k)))
 
 
-def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int,
-                    chunk: int = 1 << 17, progress: bool = False, on_chunk=None) -> ClickStats:
-    """Log ``n_sessions`` sessions in jitted chunks, reduced to per-query ``ClickStats``.
+PAIR_ENTRIES_PER_CHUNK = 1 << 24  # a chunk's [chunk, K, K] pair statistics (64 MiB of f32 per array)
 
-    Chunk ``i`` uses ``fold_in(key, i)``; the last chunk is masked to the remaining count.
-    ``on_chunk(first_session, query, clicks)``, if given, receives every chunk's sessions as host
-    arrays (logged-query row ``[n]``, clicks ``[n, K]``), e.g. to write them to a click log.
+
+def chunk_size(k: int, requested: int | None = None) -> int:
+    """Sessions per logging chunk: ``requested``, else 2^24 / K^2 (memory of the chunk's pair statistics), at
+    most 2^17 and at least 1."""
+    if requested is not None:
+        return int(max(1, requested))
+    return int(max(1, min(1 << 17, PAIR_ENTRIES_PER_CHUNK // max(k * k, 1))))
+
+
+def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int | None = None,
+                    chunk: int | None = None, progress: bool = False, on_chunk=None,
+                    n_clicks: int | None = None) -> ClickStats:
+    """Log sessions in jitted chunks, reduced to per-query ``ClickStats``, until the budget is spent.
+
+    The budget is ``n_sessions`` sessions or ``n_clicks`` clicks (PRS §5.2 counts clicks): sessions are logged
+    while fewer than ``n_clicks`` clicks came before them, so the total is ``n_clicks`` up to the last
+    session's clicks. Chunk ``i`` uses ``fold_in(key, i)``. ``on_chunk(first_session, query, clicks)``, if given,
+    receives every chunk's kept sessions as host arrays (logged-query row ``[n]``, clicks ``[n, K]``).
     """
+    if (n_sessions is None) == (n_clicks is None):
+        raise ValueError("log_click_stats: give exactly one budget, n_sessions or n_clicks")
     n_queries, k = logged.mask.shape
-    chunk = int(max(1, min(chunk, n_sessions)))
+    chunk = chunk_size(k, chunk)
+    if n_sessions is not None:
+        chunk = int(min(chunk, n_sessions))
     stats = empty_stats(n_queries, k)
-    n_chunks = -(-n_sessions // chunk)
-    it = range(n_chunks)
-    if progress and n_chunks > 1:
+    total_sessions, total_clicks, i = 0, 0.0, 0
+    bar = None
+    if progress:
         from tqdm import tqdm
 
-        it = tqdm(it, desc="logging sessions", leave=False)
-    for i in it:
-        stats, query, clicks = _log_chunk(key, i, n_sessions - i * chunk, stats, model, logged, chunk)
+        bar = tqdm(total=n_sessions or n_clicks, desc="logging " + ("sessions" if n_sessions else "clicks"),
+                   leave=False)
+    while True:
+        remaining = (n_sessions - total_sessions) if n_sessions is not None else chunk
+        clicks_left = (n_clicks - total_clicks) if n_clicks is not None else float("inf")
+        if remaining <= 0 or clicks_left <= 0:
+            break
+        before = float(jnp.sum(stats.clicks)) if n_clicks is not None else 0.0
+        stats, query, clicks, kept = _log_chunk(key, i, remaining, jnp.float32(min(clicks_left, 3e38)), stats, model,
+                                                logged, chunk)
+        kept = int(kept)
         if on_chunk is not None:
-            n = min(chunk, n_sessions - i * chunk)
-            on_chunk(i * chunk, np.asarray(query)[:n], np.asarray(clicks)[:n])
+            on_chunk(total_sessions, np.asarray(query)[:kept], np.asarray(clicks)[:kept])
+        total_sessions += kept
+        if n_clicks is not None:
+            total_clicks = float(jnp.sum(stats.clicks))
+            if total_clicks == before and i >= 1000:
+                raise ValueError(f"log_click_stats: no click in {i + 1} chunks of {chunk} sessions; the click model "
+                                 f"cannot spend a budget of {n_clicks} clicks")
+        if bar is not None:
+            bar.update(kept if n_sessions is not None else int(total_clicks - before))
+        i += 1
+    if bar is not None:
+        bar.close()
     return jax.block_until_ready(stats)
+
+
+def randomization_propensities(key, model: ClickModel, logged: LoggedLists, n_sessions: int,
+                               chunk: int = 1 << 14) -> np.ndarray:
+    """theta_k / theta_1 estimated by a simulated result-randomization experiment (Joachims et al. 2017; PRS
+    Table 1): each session shows a logged list in a uniformly random order, so relevance is independent of
+    position and the click rate at k, over sessions whose list reaches k, is proportional to theta_k."""
+    n_queries, k = logged.mask.shape
+    clicks_at = np.zeros(k)
+    shown_at = np.zeros(k)
+    done, i = 0, 0
+    while done < n_sessions:
+        n = min(chunk, n_sessions - done)
+        c, shown = _randomized_chunk(jax.random.fold_in(key, i), model, logged, chunk)
+        clicks_at += np.asarray(c[:n]).sum(0)
+        shown_at += np.asarray(shown[:n]).sum(0)
+        done, i = done + n, i + 1
+    ctr = clicks_at / np.maximum(shown_at, 1.0)
+    if ctr[0] <= 0:
+        raise ValueError("randomization_propensities: no click at position 1; log more randomization sessions")
+    # positions never clicked (or shown) get the smallest estimated propensity, not 0 (IPS divides by it)
+    positive = ctr[ctr > 0]
+    return np.where(ctr > 0, ctr, positive.min()) / ctr[0]
+
+
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def _randomized_chunk(key, model: ClickModel, logged: LoggedLists, chunk: int):
+    n_queries, k = logged.mask.shape
+    kq, kp, ku = jax.random.split(key, 3)
+    query = jax.random.randint(kq, (chunk,), 0, n_queries)
+    mask = logged.mask[query]
+    # a uniformly random order of each list's documents, padding last
+    order = jnp.argsort(jnp.where(mask, jax.random.uniform(kp, mask.shape), 2.0), axis=1)
+    take = lambda a: jnp.take_along_axis(a, order, axis=1)  # noqa: E731
+    uniforms = jax.random.uniform(ku, (chunk, 2, k))
+    clicks = sample_clicks(model, uniforms, take(logged.relevance[query]), take(logged.labels[query]), take(mask))
+    return clicks, take(mask)
 
 
 # --------------------------------------------------------------------------- NumPy reference

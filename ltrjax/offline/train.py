@@ -43,6 +43,11 @@ class TrainConfig:
     patience: NonNegativeInt = 10  # epochs without a better validation score before stopping
     min_epochs: NonNegativeInt = 1
     eval_every: PositiveInt = 1  # validate every n epochs (and at the last epoch)
+    # a fixed step budget (the papers' rule): run max_steps steps (rounded up to whole epochs, at most max_epochs
+    # epochs), validate every eval_every_steps steps (rounded to whole epochs), keep the best validated checkpoint;
+    # no early stopping, and an estimator's min_steps/select_from do not change it (a table treats all alike)
+    max_steps: PositiveInt | None = None
+    eval_every_steps: PositiveInt | None = None
 
     def __post_init__(self):
         check_fields(self)
@@ -105,6 +110,29 @@ def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
     return epoch, n_batches
 
 
+def fit_rule(estimator: Estimator, cfg: TrainConfig, n_batches: int, keep_last: bool = False) -> fit_loop.Rule:
+    """When a fit validates and stops: a fixed step budget (``cfg.max_steps``) or early stopping."""
+    if cfg.max_steps is not None:
+        epochs = min(-(-int(cfg.max_steps) // n_batches), int(cfg.max_epochs))
+        every = max(1, round((cfg.eval_every_steps or n_batches) / n_batches))
+        return fit_loop.Rule(max_epochs=epochs, patience=epochs + 1, min_epochs=epochs, first=every, every=every,
+                             keep_last=keep_last)
+    min_epochs = max(cfg.min_epochs, -(-estimator.min_steps // n_batches))
+    max_epochs = max(cfg.max_epochs, min_epochs)
+    # first validated epoch: checkpoints are selected from here on, stopping waits for min_epochs
+    first = min_epochs if estimator.select_from is None else min(
+        max(cfg.min_epochs, -(-estimator.select_from // n_batches)), min_epochs)
+    return fit_loop.Rule(max_epochs=max_epochs, patience=cfg.patience, min_epochs=min_epochs, first=first,
+                         every=max(cfg.eval_every, 1), keep_last=keep_last)
+
+
+def schedule(rule: fit_loop.Rule, n_batches: int) -> dict:
+    """The schedule a fit ran under, in steps: budget, first validated step, validation cadence, patience."""
+    return {"max_steps": rule.max_epochs * n_batches, "first_validated_step": rule.first * n_batches,
+            "eval_every_steps": rule.every * n_batches, "patience_steps": rule.patience * n_batches,
+            "min_steps": rule.min_epochs * n_batches, "steps_per_epoch": n_batches}
+
+
 def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         validate: Callable | None = None, props=None, progress: bool = False, desc: str = "") -> FitResult:
     """Train ``estimator`` on ``data`` (a ClickBatch/LabeledBatch with leading axis = row).
@@ -121,13 +149,8 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
     opt_state = opt.init(params)
     n_rows = int(jax.tree_util.tree_leaves(data)[0].shape[0])
     epoch, n_batches = make_epoch(estimator, cfg, n_rows)
-    min_epochs = max(cfg.min_epochs, -(-estimator.min_steps // n_batches))
-    max_epochs = max(cfg.max_epochs, min_epochs)
-    # first validated epoch: checkpoints are selected from here on, stopping waits for min_epochs
-    first = min_epochs if estimator.select_from is None else min(
-        max(cfg.min_epochs, -(-estimator.select_from // n_batches)), min_epochs)
-    rule = fit_loop.Rule(max_epochs=max_epochs, patience=cfg.patience, min_epochs=min_epochs, first=first,
-                         every=max(cfg.eval_every, 1), keep_last=validate is None)
+    rule = fit_rule(estimator, cfg, n_batches, keep_last=validate is None)
+    max_epochs = rule.max_epochs
     bar = None
     if progress:
         from tqdm import tqdm
@@ -146,5 +169,6 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         bar.close()
     history = {"loss": info["losses"], "vali": info["scores"], "n_batches": n_batches,
                "best_vali": info["best_score"], "best_epoch": info["best_epoch"], "epochs": info["epochs"],
-               "seconds": time.perf_counter() - t0}
+               "steps": info["epochs"] * n_batches, "best_step": info["best_epoch"] * n_batches,
+               "schedule": schedule(rule, n_batches), "seconds": time.perf_counter() - t0}
     return FitResult(params=best[0], state=best[1], history=history)
