@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.clicks import make_click_model, relevance
-from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator
+from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator, options_from_flat
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import LoggedLists, log_click_stats, pad_positions, top_k_lists
@@ -110,6 +110,13 @@ def click_relevance(labels, exp: dict, y_max: int):
     mapping = cm.get("relevance", "binary")
     return relevance(labels, y_max, mapping, threshold=binarize_threshold(exp, y_max),
                      noise=float(cm.get("noise", 0.0) or 0.0))
+
+
+def _estimator(exp: dict, name: str):
+    """Estimator ``name`` with the experiment's ranker; the flat ``estimator_options`` mapped onto its keyword
+    arguments (transitional, until the typed offline configuration)."""
+    return make_estimator(name, ranker=exp["ranker"], hidden=tuple(exp["hidden"]),
+                          **options_from_flat(name, exp["estimator_options"], exp["ranker"]))
 
 
 # --------------------------------------------------------------------------- propensities
@@ -216,7 +223,7 @@ def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
     perm = rng.permutation(train_ids)
     prod_ids, logged_ids = np.sort(perm[:n_prod]), np.sort(perm[n_prod:])
 
-    prod_est = make_estimator("production", exp["estimator_options"], "linear")
+    prod_est = make_estimator("production")
     prod_data = _labeled_batch(pad_queries(eval_view, prod_ids, rng, max_docs=exp["max_docs"]))
     prod = fit(prod_est, prod_data, jax.random.fold_in(key, 1), qs.n_features, _train_cfg(exp, "production"),
                validate=make_validator(prod_est, vali))
@@ -286,7 +293,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
             ck = ("labeled", exp["ranker"], json.dumps(exp["train"], sort_keys=True),
                   exp["estimator_options"]["labeled_form"])
             if ck not in trial.cache:
-                est = make_estimator("labeled", exp["estimator_options"], exp["ranker"], exp["hidden"])
+                est = _estimator(exp, "labeled")
                 fr = fit(est, trial.labeled_train, jax.random.fold_in(key, 100), trial.n_features,
                          _train_cfg(exp, name), validate=make_validator(est, trial.vali))
                 res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
@@ -296,7 +303,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
                     on_fit(name, est, fr)
             res = dict(trial.cache[ck])
         else:
-            est = make_estimator(name, exp["estimator_options"], exp["ranker"], exp["hidden"])
+            est = _estimator(exp, name)
             fr = fit(est, data, jax.random.fold_in(key, 100), trial.n_features, _train_cfg(exp, name),
                      validate=make_validator(est, trial.vali), props=props)
             res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
