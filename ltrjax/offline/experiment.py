@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ltrjax.clicks import make_click_model, relevance
+from ltrjax.clicks import check_click_model_data, make_click_model, relevance
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator, options_from_flat
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
@@ -269,6 +269,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
         logged = source.replace(relevance=jnp.where(source.mask, click_relevance(source.labels, exp, trial.y_max), 0.0))
         t0 = time.perf_counter()
         if click_data is None:
+            check_click_model_data(exp["click_model"], trial.y_max)  # ClickModelDataMismatch: untestable here
             model = make_click_model(exp["click_model"], k)
             stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, int(exp["n_sessions"]),
                                     chunk=int(exp["logging_chunk"]), progress=exp.get("progress", False),
