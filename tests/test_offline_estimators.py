@@ -82,22 +82,20 @@ def test_naive_equals_ips_when_theta_is_one(form):
     batch, _, _ = _setup(theta=1.0)
     props = _props(np.ones(K))
     listwise = form == "listwise"
-    _assert_same(make_estimator("ips", {"ips_form": "listwise"} if listwise else {}),
-                 make_estimator("naive", {"naive_form": "listwise"} if listwise else {}), batch, props)
+    _assert_same(make_estimator("ips", form=form), make_estimator("naive", form=form), batch, props)
 
 
 def test_prs_equals_naive_pairwise_for_constant_theta():
     batch, _, _ = _setup()
     props = _props(np.full(K, 0.3))
-    _assert_same(make_estimator("prs", {"prs_gamma": None}),
-                 make_estimator("naive", {}), batch, props)
+    _assert_same(make_estimator("prs", gamma=None), make_estimator("naive"), batch, props)
 
 
 def test_pair_debias_with_frozen_unit_biases_equals_naive_pairwise():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    pd = make_estimator("pair_debias", {"pd_step": 0.0})
-    _assert_same(pd, make_estimator("naive", {}), batch, props)
+    pd = make_estimator("pair_debias", step=0.0)
+    _assert_same(pd, make_estimator("naive"), batch, props)
     params, state = _init(pd, props)
     _, _, new_state = _loss_and_ranker_grad(pd, params, state, batch)
     np.testing.assert_array_equal(new_state["t_plus"], np.ones(K))
@@ -106,7 +104,7 @@ def test_pair_debias_with_frozen_unit_biases_equals_naive_pairwise():
 
 def test_pair_debias_learns_position_bias_direction():
     batch, _, _ = _setup(n_sessions=3000)
-    pd = make_estimator("pair_debias", {"pd_step": 0.5})
+    pd = make_estimator("pair_debias", step=0.5)
     params, state = _init(pd, _props(np.ones(K)))
     step = _loss(pd)
     for _ in range(20):
@@ -119,8 +117,8 @@ def test_pair_debias_learns_position_bias_direction():
 def test_constant_dla_propensity_equals_naive_listwise():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    dla = make_estimator("dla", {})
-    naive = make_estimator("naive", {"naive_form": "listwise"})
+    dla = make_estimator("dla")
+    naive = make_estimator("naive", form="listwise")
     params, state = _init(dla, props)
     params = {**params, "propensity": jnp.full((K,), 0.7)}
     _, g_dla, _ = _loss_and_ranker_grad(dla, params, state, batch)
@@ -134,15 +132,14 @@ def test_affine_with_unit_trust_equals_ips():
     theta = examination("inverse", K, 1.0)
     props = _props(theta, alpha=theta, beta=np.zeros(K))
     for clip in (True, False):
-        _assert_same(make_estimator("affine", {"affine_clip_negative": clip}),
-                     make_estimator("ips", {"ips_form": "listwise"}), batch, props)
+        _assert_same(make_estimator("affine", clip_negative=clip), make_estimator("ips", form="listwise"), batch, props)
 
 
 def test_vectorization_d1_frozen_unit_observation_equals_naive():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    vec = make_estimator("vectorization", {"vec_dim": 1, "vec_freeze": 10, "vec_base_hidden": [8]})
-    naive = make_estimator("naive", {"naive_form": "listwise"})
+    vec = make_estimator("vectorization", dim=1, freeze=10, base_hidden=(8,))
+    naive = make_estimator("naive", form="listwise")
     params, state = _init(vec, props)
     loss_v, g_v, _ = _loss_and_ranker_grad(vec, params, state, batch)
     loss_n, g_n, _ = _loss_and_ranker_grad(naive, {"ranker": params["ranker"]}, state, batch)
@@ -160,7 +157,7 @@ def test_vectorization_d1_frozen_unit_observation_equals_naive():
 
 def test_base_vector_is_permutation_invariant():
     props = _props(np.ones(K))
-    vec = make_estimator("vectorization", {"vec_dim": 3, "vec_base_hidden": [8]}, ranker="mlp", hidden=(8,))
+    vec = make_estimator("vectorization", dim=3, base_hidden=(8,), ranker="mlp", hidden=(8,))
     params, state = vec.init(jax.random.PRNGKey(0), F, props)
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(2, 9, F)), jnp.float32)
@@ -227,9 +224,9 @@ def test_aggregated_losses_equal_per_session_sums(name):
     theta = np.asarray(examination("inverse", K, 1.0))
     alpha, beta = theta * 0.8, theta * 0.1
     props = _props(theta, alpha, beta)
-    opts = {"ips_form": "listwise", "ips_clip": 5.0} if name == "ips_listwise" else {"ips_clip": 5.0} if name == "ips" \
-        else {"affine_clip_negative": False} if name == "affine" else {}
-    est = make_estimator(name.replace("_listwise", ""), opts)
+    opts = {"form": "listwise", "clip": 5.0} if name == "ips_listwise" else {"clip": 5.0} if name == "ips" \
+        else {"clip_negative": False} if name == "affine" else {}
+    est = make_estimator(name.replace("_listwise", ""), **opts)
     params, state = _init(est, props)
     loss = float(_loss(est)(params, state, batch, None)[0])
     scores = _session_scores(params, est, logged)
@@ -252,7 +249,7 @@ def test_regression_em_all_clicks_drive_theta_to_one():
     batch, _, _ = _setup()
     n = batch.n_sessions[:, None] * batch.mask
     batch = batch.replace(clicks=n)  # every displayed document clicked in every session
-    est = make_estimator("regression_em", {"em_step": 0.5})
+    est = make_estimator("regression_em", step=0.5)
     params, state = _init(est, _props(np.ones(K)))
     step = _loss(est)
     for _ in range(30):
@@ -266,8 +263,8 @@ def test_losses_are_finite_on_empty_rows():
     props = _props(examination("inverse", K, 1.0))
     for name in ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regression_em", "pair_debias", "affine",
                  "vectorization"]:
-        est = make_estimator(name, {"vec_dim": 1, "vec_freeze": 10, "vec_base_hidden": [8]} if name == "vectorization"
-                             else {})
+        est = make_estimator(name, **({"dim": 1, "freeze": 10, "base_hidden": (8,)} if name == "vectorization"
+                                      else {}))
         params, state = _init(est, props)
         (loss, _), g = _value_and_grad(est)(params, state, empty, None)
         assert np.isfinite(float(loss)) and float(loss) == pytest.approx(0.0, abs=1e-6), name
@@ -278,9 +275,41 @@ def test_vectorization_dimensions_are_not_tied():
     """With a linear relevance model the d embedding outputs (and so the o_k columns) must differ."""
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    vec = make_estimator("vectorization", {"vec_dim": 2, "vec_freeze": 0, "vec_base_hidden": [8]})
+    vec = make_estimator("vectorization", dim=2, freeze=0, base_hidden=(8,))
     params, state = vec.init(jax.random.PRNGKey(0), F, props)
     kernel = np.asarray(params["ranker"]["params"]["Dense_0"]["kernel"])
     assert np.abs(kernel[:, 0] - kernel[:, 1]).max() > 1e-3
     g = _value_and_grad(vec)(params, state, batch, None)[1]["observation"]
     assert np.abs(np.asarray(g[:, 0] - g[:, 1])).max() > 1e-6
+
+
+# --------------------------------------------------------------------------- the registry's interface
+def test_option_defaults_are_read_from_make_signatures():
+    from ltrjax.offline.estimators import ALL_ESTIMATORS, estimator_option_defaults
+
+    assert estimator_option_defaults("ips") == {"form": "pairwise", "clip": None}
+    assert estimator_option_defaults("prs") == {"gamma": 1.0}
+    assert estimator_option_defaults("vectorization")["dim"] == 2
+    assert estimator_option_defaults("production") == {}
+    for name in ALL_ESTIMATORS:  # every registered make has keyword-only options with defaults
+        assert isinstance(estimator_option_defaults(name), dict)
+
+
+def test_unknown_options_and_names_are_refused():
+    with pytest.raises(ValueError, match="unknown option"):
+        make_estimator("ips", gamma=1.0)
+    with pytest.raises(ValueError, match="unknown estimator"):
+        make_estimator("ipss")
+
+
+def test_flat_options_map_onto_each_estimators_keywords():
+    from ltrjax.offline.estimators import options_from_flat
+
+    flat = {"ips_clip": 5.0, "prs_gamma": None, "vec_dim": 3, "vec_base_hidden": [8], "gbdt": {"num_leaves": 7}}
+    assert options_from_flat("ips", flat) == {"clip": 5.0}
+    assert options_from_flat("pns", flat) == {"gamma": None}
+    assert options_from_flat("vectorization", flat) == {"dim": 3, "base_hidden": (8,)}
+    assert options_from_flat("prs", flat, "lambdamart") == {"gamma": None, "gbdt": {"num_leaves": 7}}
+    with pytest.raises(ValueError, match="unknown key"):
+        options_from_flat("ips", {"ips_clp": 1.0})
+    assert make_estimator("ips", clip=5.0) is make_estimator("ips", **options_from_flat("ips", flat))  # memoized

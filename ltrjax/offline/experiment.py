@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ltrjax.clicks import make_click_model, relevance
+from ltrjax.clicks import check_click_model_data, make_click_model, relevance
 from ltrjax.offline import estimator_api
 from ltrjax.offline.config import OfflineConfig, as_mapping, from_mapping, is_oracle
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities
@@ -274,6 +274,7 @@ def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print
         logged = source.replace(relevance=jnp.where(source.mask, click_relevance(source.labels, exp, trial.y_max), 0.0))
         t0 = time.perf_counter()
         if click_data is None:
+            check_click_model_data(exp.click_model.mapping(), trial.y_max)  # ClickModelDataMismatch: untestable here
             model = make_click_model(exp.click_model.mapping(), k)
             budget = logging_budget(exp, int(logged.mask.shape[0]))
             stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, chunk=exp.logging_chunk,

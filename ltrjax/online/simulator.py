@@ -47,7 +47,7 @@ from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_
 SPLITS = ("train", "vali", "test")
 
 
-RELEVANCE_MAPPINGS = ("ebrank", "linear", "binary", "vectorization")
+RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappings (ltrjax.clicks)
 DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")

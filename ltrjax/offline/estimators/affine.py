@@ -3,7 +3,7 @@
 Every displayed document gets the corrected label y_hat = (c - beta_k) / alpha_k, unbiased for R
 (E[y_hat] = R). Summed over a query's sessions: Y_k = (C_k - n beta_k) / alpha_k. The labels go
 into the softmax loss, which is linear in them: -sum_k Y_k log softmax(s)_k. Because a negative
-aggregated label makes that loss unbounded below, ``affine_clip_negative`` (default true) clips
+aggregated label makes that loss unbounded below, ``clip_negative`` (default true) clips
 the per-(query, position) aggregate Y_k at 0.
 """
 
@@ -18,8 +18,8 @@ def affine_labels(clicks, n, alpha, beta):
     return (clicks - n[..., None] * beta) / jnp.maximum(alpha, 1e-12)
 
 
-def make(scorer, opts) -> Estimator:
-    clip_negative = opts.get("affine_clip_negative", True)
+def make(scorer, *, clip_negative: bool = True) -> Estimator:
+    """``clip_negative``: clip the per-(query, position) aggregate label at 0."""
 
     def loss(params, state, batch, key):
         s = ranker_scores(scorer, params, batch.features)

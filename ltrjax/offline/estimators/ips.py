@@ -1,6 +1,6 @@
 """IPS / IPW (baselines.md §5.2; PRS Eq. 6 for the pairwise form).
 
-Clicked documents are weighted by w_k = min(1/theta_k, M) (clip ``ips_clip`` = M; ``None`` = off).
+Clicked documents are weighted by w_k = min(1/theta_k, M) (option ``clip`` = M; ``None`` = off).
 ``form="pairwise"``: sum_{i clicked, j unclicked} w_{k_i} l_ij (PRS Eq. 6).
 ``form="listwise"``: -sum_i c_i w_{k_i} log softmax(s)_i (ULTRA IPWrank).
 """
@@ -18,9 +18,8 @@ def ips_weights(theta, clip=None):
     return w if clip is None else jnp.minimum(w, clip)
 
 
-def make(scorer, opts) -> Estimator:
-    form = opts.get("ips_form", "pairwise")
-    clip = opts.get("ips_clip")
+def make(scorer, *, form: str = "pairwise", clip: float | None = None) -> Estimator:
+    """``form``: "pairwise" (PRS Eq. 6) or "listwise" (ULTRA IPWrank); ``clip``: M in min(1/theta, M), None = off."""
 
     def loss(params, state, batch, key):
         w = ips_weights(state["props"].theta, clip)

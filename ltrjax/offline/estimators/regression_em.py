@@ -5,7 +5,7 @@ State theta_k (init 0.9); relevance gamma = sigmoid(s). E-step (stop-gradient), 
   P(e=0, r=1 | c=0) = (1 - theta) gamma / (1 - theta gamma)
 Ranker step: sigmoid cross-entropy against P(r=1 | c) = c + (1 - c) P(e=0, r=1 | c=0). ULTRA
 samples r ~ Bernoulli(P(r=1|c)); the cross-entropy is linear in the label, so using the
-probability itself gives the same expected gradient. M-step (online EM, step ``em_step``):
+probability itself gives the same expected gradient. M-step (online EM, option ``step``):
   theta_k <- (1 - a) theta_k + a mean_sessions[c + (1 - c) P(e=1, r=0 | c=0)] at position k.
 """
 
@@ -22,8 +22,9 @@ def e_step(theta, gamma):
     return theta * (1.0 - gamma) / denom, (1.0 - theta) * gamma / denom
 
 
-def make(scorer, opts) -> Estimator:
-    step_size = opts.get("em_step", 0.05)
+def make(scorer, *, step: float = 0.05) -> Estimator:
+    """``step``: the online EM step a of the M-step."""
+    step_size = step
 
     def init(key, n_features, props):
         k = props.theta.shape[0]
