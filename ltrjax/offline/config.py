@@ -27,9 +27,9 @@ from ltrjax.offline.train import TrainConfig
 
 def relevance_mappings() -> tuple[str, ...]:
     """The relevance mappings ``ltrjax.clicks.relevance`` accepts."""
-    from ltrjax import clicks
+    from ltrjax.clicks import RELEVANCE_MAPPINGS
 
-    return tuple(getattr(clicks, "RELEVANCE_MAPPINGS", ("ebrank", "linear", "binary", "vectorization")))
+    return tuple(RELEVANCE_MAPPINGS)
 
 
 def estimator_names() -> tuple[str, ...]:

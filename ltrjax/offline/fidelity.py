@@ -386,7 +386,6 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
     * trust bias: Vectorization (d = 2) against Affine within ``margin`` (TOST).
     """
     from ltrjax.offline.config import override
-    from ltrjax.offline.estimator_api import NEW_INTERFACE
 
     over = over or {}
     claims, raw = [], {}
@@ -417,8 +416,7 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
                               "between the spans > 0.9 in every seed)",
                      "verdict": "holds" if min(cos) > 0.9 else ("holds weakly" if np.mean(cos) > 0.7 else "does not hold")}
         if d in old_schedule:
-            joint = "joint_steps" if NEW_INTERFACE else "vec_joint_steps"
-            old = compare(qs, override(cfg, {"estimator_options": {"vectorization": {joint: 200}}}), seeds,
+            old = compare(qs, override(cfg, {"estimator_options": {"vectorization": {"joint_steps": 200}}}), seeds,
                           ("vectorization",), log=log)
             rec_old = [subspace_r2(model.observation, np.asarray(o)) for o in old["observation"]]
             cos_old = [float(principal_cosines(model.observation, np.asarray(o))[-1]) for o in old["observation"]]

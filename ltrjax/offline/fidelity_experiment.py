@@ -129,6 +129,13 @@ def untestable(cid: str, reason: str) -> dict:
             "verdict": "untestable", "p_value": None, "reason": reason}
 
 
+def _no_cause(c: dict) -> dict:
+    """A claim that does not hold with no tested cause says so."""
+    if c["verdict"] not in ("holds", "untestable") and not c.get("cause"):
+        c["cause"] = "none established"
+    return c
+
+
 def _mean(v) -> float:
     return float(np.mean(v)) if len(v) else float("nan")
 
@@ -191,26 +198,26 @@ def vectorization_claims(part: dict | None, fx: FidelityConfig, qs, reason: str 
                   {**(tests[worst] if worst else {}), "p_value": p},
                   {"vectorization": _mean(tg["vectorization"]), **{r: _mean(tg[r]) for r in refs}},
                   comparators=refs, closest=worst, per_comparator={r: t["p_value"] for r, t in tests.items()})
-        out.append(c)
+        out.append(_no_cause(c))
     tb = tables.get("trust_bias")
     if tb is None or "affine" not in tb:
         out.append(untestable("vec_ge_affine_trust_bias", reason or "the trust_bias setting (with learned affine) "
                                                                     "was not run"))
     else:
         t = noninferiority_test(tb["vectorization"], tb["affine"], fx.margin)
-        out.append(claim("vec_ge_affine_trust_bias", f"{setting}, trust bias, d = 2, learned Affine, "
-                                                     f"margin {fx.margin}", t,
-                         {"vectorization": _mean(tb["vectorization"]), "affine": _mean(tb["affine"]),
-                          **({"affine_oracle": _mean(tb["affine_oracle"])} if "affine_oracle" in tb else {}),
-                          "labeled": _mean(tb.get("labeled", []))}))
+        refs = {r: _mean(tb[r]) for r in ("affine_oracle", "labeled", "production") if r in tb}
+        out.append(_no_cause(claim("vec_ge_affine_trust_bias", f"{setting}, trust bias, d = 2, learned Affine, "
+                                                               f"non-inferiority margin {fx.margin}", t,
+                                   {"vectorization": _mean(tb["vectorization"]), "affine": _mean(tb["affine"]),
+                                    **refs})))
     pb = tables.get("pbm")
     if pb is None or "dla" not in pb:
         out.append(untestable("vec_d1_eq_dla_pbm", reason or "the pbm setting (with dla) was not run"))
     else:
         t = F.equivalence_test(pb["vectorization"], pb["dla"], fx.margin)
-        out.append(claim("vec_d1_eq_dla_pbm", f"{setting}, PBM, d = 1, margin {fx.margin} (TOST)", t,
-                         {"vectorization": _mean(pb["vectorization"]), "dla": _mean(pb["dla"])},
-                         verdict=F.equivalence_verdict(t)))
+        out.append(_no_cause(claim("vec_d1_eq_dla_pbm", f"{setting}, PBM, d = 1, margin {fx.margin} (TOST)", t,
+                                   {"vectorization": _mean(pb["vectorization"]), "dla": _mean(pb["dla"])},
+                                   verdict=F.equivalence_verdict(t))))
     return out
 
 
