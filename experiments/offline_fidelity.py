@@ -5,8 +5,8 @@
 
 The same run as ``python -m ltrjax.run experiment=offline_fidelity +dataset=NAME``. Extra ``key=value``
 arguments are OmegaConf dot-list overrides of ``dataset.*`` and ``experiment.*``. ``--smoke``: toy data
-(60 queries), 2 trials, 5k sessions, a few epochs, Vectorization d in {1, 2} with a 4-step freeze and joint
-phase; for tests (the numbers mean nothing).
+(60 queries, 5 grades), 2 trials, few clicks and sessions, a 40-step budget, Vectorization d in {1, 2} with a
+4-step freeze and joint phase; for tests (the numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import pathlib
 from omegaconf import OmegaConf
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SMOKE = {"trials": 2, "n_sessions": 5000, "logging_chunk": 4096, "eval_buckets": 1,
-         "train": {"max_epochs": 2, "patience": 1},
-         "estimator_options": {"vec_freeze": 2, "vec_joint_steps": 2, "vec_base_hidden": [8]},
-         "vectorization": {"dims": [1, 2], "estimators": ["naive", "dla", "affine"], "settings": ["trust_bias"]},
-         "prs": {"noise": [0.0, 0.2], "assumed_eta": [1.0, 2.0]},
+SMOKE = {"trials": 2, "eval_buckets": 1, "train": {"max_steps": 40, "eval_every_steps": 10},
+         "estimator_options": {"vectorization": {"freeze": 4, "joint_steps": 4, "base_hidden": [8]}},
+         "vectorization": {"dims": [1, 2], "estimators": ["naive", "dla", "affine", "affine_oracle", "production"],
+                           "settings": ["trust_bias", "pbm"], "n_sessions": 3000},
+         "prs": {"estimators": ["naive", "ips", "pns", "prs", "ips_oracle"], "clicks_per_query": 20,
+                 "click_sweep": [5, 20], "table1": False},
          "vector_eh": {"seeds": 0}}
 
 
@@ -32,10 +33,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    from ltrjax.offline.experiment import enable_compilation_cache
     from ltrjax.offline.fidelity_experiment import run_fidelity
-
-    enable_compilation_cache()
     cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None
     if args.smoke:

@@ -541,7 +541,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
         if "table" in (parts["prs"].get("table1") or {}):
             results["training"]["prs_table1"] = parts["prs"]["table1"]["training"]
         save()
-    if "vectorization" in fx.parts and vec_reason is None:
+    if "vectorization" in fx.parts and vec_reason is None and fx.vectorization.settings:
         parts["vectorization"] = vectorization_part(qs, fx, log)
         results["vectorization"] = parts["vectorization"]
         for name, plan in parts["vectorization"]["training"].items():
