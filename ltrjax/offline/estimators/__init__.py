@@ -28,19 +28,22 @@ LABELED_ESTIMATORS: tuple[str, ...] = ()
 # losses that depend on the ranker's scores alone (no learned propensities or EM state): LightGBM trees can
 # be grown on their derivatives (``ranker: lambdamart``, ``ltrjax.offline.gbdt``)
 TREE_ESTIMATORS: tuple[str, ...] = ()
+# upper references told the true click model (never a claim's comparator unless the paper's was)
+ORACLE_ESTIMATORS: tuple[str, ...] = ()
 # every name, and the click estimators among them (both kept in registration order)
 ALL_ESTIMATORS: tuple[str, ...] = ()
 CLICK_ESTIMATORS: tuple[str, ...] = ()
 
 
 def register_estimator(name: str, make: Callable[..., Estimator], *, labeled: bool = False,
-                       tree: bool = False) -> None:
+                       tree: bool = False, oracle: bool = False) -> None:
     """Add (or replace) estimator ``name``: ``make(scorer, *, option=default, ...) -> Estimator``.
 
     ``labeled``: trained on labels (``LabeledBatch``), not clicks; ``tree``: its loss depends on the scores
-    alone, so ``ranker: lambdamart`` can grow trees on it.
+    alone, so ``ranker: lambdamart`` can grow trees on it; ``oracle``: told the true click model (an upper
+    reference, ``ORACLE_ESTIMATORS``).
     """
-    global ALL_ESTIMATORS, CLICK_ESTIMATORS, LABELED_ESTIMATORS, TREE_ESTIMATORS
+    global ALL_ESTIMATORS, CLICK_ESTIMATORS, LABELED_ESTIMATORS, ORACLE_ESTIMATORS, TREE_ESTIMATORS
     params = list(inspect.signature(make).parameters.values())
     if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD) or any(
             p.kind is not p.KEYWORD_ONLY or p.default is p.empty for p in params[1:]):
@@ -49,6 +52,7 @@ def register_estimator(name: str, make: Callable[..., Estimator], *, labeled: bo
     ESTIMATORS[name] = make
     LABELED_ESTIMATORS = tuple(n for n in LABELED_ESTIMATORS if n != name) + ((name,) if labeled else ())
     TREE_ESTIMATORS = tuple(n for n in TREE_ESTIMATORS if n != name) + ((name,) if tree else ())
+    ORACLE_ESTIMATORS = tuple(n for n in ORACLE_ESTIMATORS if n != name) + ((name,) if oracle else ())
     ALL_ESTIMATORS = tuple(ESTIMATORS)
     CLICK_ESTIMATORS = tuple(n for n in ESTIMATORS if n not in LABELED_ESTIMATORS)
     _CACHE.clear()
@@ -60,13 +64,15 @@ _CACHE_SIZE = 256  # bounded: a loop over many option values keeps the 256 most 
 # ------------------------------------------------------------------------------------------- the registry
 register_estimator("naive", naive.make, tree=True)
 register_estimator("ips", ips.make, tree=True)
+register_estimator("ips_oracle", ips.make_oracle, tree=True, oracle=True)
 register_estimator("pns", pns.make, tree=True)
 register_estimator("prs", prs.make, tree=True)
 register_estimator("prs_lambda", prs.make_lambda, tree=True)
 register_estimator("dla", dla.make)
 register_estimator("regression_em", regression_em.make)
 register_estimator("pair_debias", pair_debias.make)
-register_estimator("affine", affine.make, tree=True)
+register_estimator("affine", affine.make)
+register_estimator("affine_oracle", affine.make_oracle, tree=True, oracle=True)
 register_estimator("vectorization", vectorization.make)
 register_estimator("production", labeled.make_production, labeled=True, tree=True)
 register_estimator("labeled", labeled.make, labeled=True, tree=True)
@@ -127,17 +133,18 @@ def make_estimator(name: str, *, ranker: str = "linear", hidden=(64, 32), gbdt: 
 # estimator's keyword arguments until the typed offline configuration replaces it.
 _FLAT_KEYS = {
     "naive_form": (("naive",), "form"),
-    "ips_form": (("ips",), "form"),
-    "ips_clip": (("ips",), "clip"),
+    "ips_form": (("ips", "ips_oracle"), "form"),
+    "ips_clip": (("ips", "ips_oracle"), "clip"),
     "prs_gamma": (("prs", "prs_lambda", "pns"), "gamma"),
     "dla_clip": (("dla",), "clip"),
     "em_step": (("regression_em",), "step"),
     "pd_step": (("pair_debias",), "step"),
     "pd_p": (("pair_debias",), "p"),
-    "affine_clip_negative": (("affine",), "clip_negative"),
+    "affine_clip_negative": (("affine_oracle",), "clip_negative"),
     "labeled_form": (("labeled",), "form"),
-    **{f"vec_{k}": (("vectorization",), k) for k in ("dim", "freeze", "joint_steps", "l2", "base_hidden",
-                                                      "logvar_min", "observation_init", "train_observation")},
+    **{f"vec_{k}": (("vectorization",) + (("affine",) if k in ("freeze", "joint_steps") else ()), k)
+       for k in ("dim", "freeze", "joint_steps", "l2", "base_hidden", "logvar_min", "observation_init",
+                 "train_observation")},  # the learned Affine follows Vectorization's schedule
 }
 
 
@@ -160,6 +167,7 @@ def options_from_flat(name: str, flat: dict | None, ranker: str = "linear") -> d
     return out
 
 
-__all__ = ["ALL_ESTIMATORS", "CLICK_ESTIMATORS", "ESTIMATORS", "LABELED_ESTIMATORS", "TREE_ESTIMATORS", "ClickBatch",
+__all__ = ["ALL_ESTIMATORS", "CLICK_ESTIMATORS", "ESTIMATORS", "LABELED_ESTIMATORS", "ORACLE_ESTIMATORS",
+           "TREE_ESTIMATORS", "ClickBatch",
            "Estimator", "LabeledBatch", "Propensities", "estimator_option_defaults", "make_estimator",
            "options_from_flat", "register_estimator"]

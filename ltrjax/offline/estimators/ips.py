@@ -3,7 +3,12 @@
 Clicked documents are weighted by w_k = min(1/theta_k, M) (option ``clip`` = M; ``None`` = off).
 ``form="pairwise"``: sum_{i clicked, j unclicked} w_{k_i} l_ij (PRS Eq. 6).
 ``form="listwise"``: -sum_i c_i w_{k_i} log softmax(s)_i (ULTRA IPWrank).
+``ips`` and ``ips_oracle`` share the loss; the names say what the experiment tells them: ``ips_oracle`` gets
+the true theta (an upper reference), ``ips`` the propensities the paper gave its IPS (known in PRS Figs. 3-6,
+estimated by randomization in PRS Table 1).
 """
+
+import dataclasses
 
 import jax.numpy as jnp
 
@@ -31,3 +36,8 @@ def make(scorer, *, form: str = "pairwise", clip: float | None = None) -> Estima
         return total / n_sessions(batch), next_step(state)
 
     return Estimator("ips", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
+
+
+def make_oracle(scorer, *, form: str = "pairwise", clip: float | None = None) -> Estimator:
+    """IPS told the true theta_k: an upper reference (the experiment decides which ``Propensities`` each name gets)."""
+    return dataclasses.replace(make(scorer, form=form, clip=clip), name="ips_oracle")
