@@ -176,30 +176,6 @@ def test_offline_fidelity_smoke(tmp_path):
         assert info["list_size"] >= info["mean_presented"] > 10 and abs(info["clicks_per_query"] - 20) < 1.0
 
 
-def test_prs_weight_is_ips_weight_times_the_lower_examination_in_expectation():
-    """Under a PBM clicks are independent across positions, so E[c_i (1 - c_j)] = p_i (1 - p_j) with p = theta rho,
-    and E[PRS weight of (i, j)] = E[IPS weight of (i, j)] x min(theta_i, theta_j) (gamma = 1): exact enumeration of
-    every click vector of a 4-position PBM (README / docs: why dense clicks erase PRS's gain)."""
-    import itertools
-
-    from ltrjax.offline.estimators.ips import ips_weights
-    from ltrjax.offline.estimators.prs import prs_weights
-
-    theta = np.array([1.0, 0.5, 1 / 3, 0.25])
-    rho = np.array([0.9, 0.2, 0.7, 0.1])
-    p = theta * rho
-    e_pairs = np.zeros((4, 4))
-    for c in itertools.product((0, 1), repeat=4):
-        c = np.asarray(c, float)
-        prob = np.prod(np.where(c == 1, p, 1 - p))
-        e_pairs += prob * c[:, None] * (1 - c[None, :])
-    np.testing.assert_allclose(e_pairs, p[:, None] * (1 - p[None, :]) * (1 - np.eye(4)), atol=1e-15)
-    w_ips = np.asarray(ips_weights(jnp.asarray(theta)))[:, None]  # rows: the clicked document i
-    w_prs = np.asarray(prs_weights(jnp.asarray(theta), 1.0))
-    e_ips, e_prs = e_pairs * w_ips, e_pairs * w_prs
-    np.testing.assert_allclose(e_prs, e_ips * np.minimum(theta[:, None], theta[None, :]), rtol=1e-6, atol=1e-12)
-
-
 def test_every_estimator_of_a_fidelity_table_has_the_same_schedule(tmp_path):
     """Equal treatment (issue 20): every estimator of a table gets the same step budget, validation cadence and
     best-checkpoint rule, read back from the run's results (the schedules its fits ran under)."""

@@ -38,12 +38,12 @@ def estimator_names() -> tuple[str, ...]:
     return tuple(ALL_ESTIMATORS)
 
 
-# estimators told the true click model (labelled upper references, never a claim's comparator)
-ORACLE_SUFFIX = "_oracle"
-
-
 def is_oracle(name: str) -> bool:
-    return name.endswith(ORACLE_SUFFIX)
+    """Whether estimator ``name`` is told the true click model (a labelled upper reference, never a claim's
+    comparator; the registry's ``ORACLE_ESTIMATORS``)."""
+    from ltrjax.offline.estimators import ORACLE_ESTIMATORS
+
+    return name in ORACLE_ESTIMATORS
 
 
 # --------------------------------------------------------------------------- blocks
@@ -199,8 +199,7 @@ class OfflineConfig:
 
     def options_for(self, name: str) -> dict:
         """Keyword options of estimator ``name`` (its ``estimator_options`` entry; the rest are its defaults)."""
-        base = name.removesuffix(ORACLE_SUFFIX) if name not in self.estimator_options else name
-        return dict(self.estimator_options.get(name, self.estimator_options.get(base, {})))
+        return dict(self.estimator_options.get(name, {}))
 
     def training_plan(self, names=None) -> dict:
         """{estimator: its schedule} as a run records it: the cadence and budget of every estimator."""
