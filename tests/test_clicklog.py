@@ -126,9 +126,9 @@ def test_sessions_must_match_the_dataset(tmp_path):
 
 def test_top_level_click_log_keys_reach_the_offline_experiment():
     """`python -m ltrjax.run experiment=offline click_log=PATH save_click_logs=true` sets top-level keys."""
-    from ltrjax.offline.experiment import DEFAULTS, experiment_config
+    from ltrjax.offline.experiment import experiment_config
 
     exp = experiment_config({"click_log": "log.parquet", "save_click_logs": True,
-                             "experiment": {**DEFAULTS, "trials": None, "seed": None, "progress": None}})
-    assert exp["click_log"] == "log.parquet" and exp["save_click_logs"] is True
-    assert not experiment_config({"experiment": dict(DEFAULTS)})["save_click_logs"]
+                             "experiment": {"trials": None, "seed": None, "progress": None}})
+    assert exp.click_log == "log.parquet" and exp.save_click_logs is True
+    assert not experiment_config({"experiment": {}}).save_click_logs

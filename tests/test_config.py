@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typing import Annotated
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -172,9 +173,6 @@ def test_algorithm_schemas_derive_from_the_constructors():
 
     from ltrjax.online.policies.dbgd import DBGD, MGD
     from ltrjax.online.policies.ebrank import EBRank
-    from ltrjax.schema import offline_schema
-
-    offline_schema()
     options = constructor_options(DBGD)  # DBGD(**kwargs) -> MGD -> LinearOnlineLearner
     assert {"multileave", "n_candidates", "decay", "setting", "learning_rate", "init"} <= set(options)
     assert constructor_options(MGD)["n_candidates"][1] == 9
@@ -292,8 +290,17 @@ def test_an_offline_family_kind_can_be_registered():
     from ltrjax.constraints import Range
     from ltrjax.schema import OFFLINE_KINDS, register_offline_kind
 
-    register_offline_kind("probe_offline", {"kind": "probe_offline", "n_sessions": 10, "inner": {"mu": 0.1}},
-                          {"inner.mu": [Range(0, 1)]})
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        mu: Annotated[float, Range(0, 1)] = 0.1
+
+    @dataclasses.dataclass(frozen=True)
+    class Probe:
+        kind: str = "probe_offline"
+        n_sessions: int = 10
+        inner: Inner = dataclasses.field(default_factory=Inner)
+
+    register_offline_kind("probe_offline", Probe)
 
     def config(experiment):
         return {**OmegaConf.to_container(composed()), "experiment": experiment}

@@ -91,3 +91,93 @@ def test_run_offline_end_to_end(tmp_path):
     # two trials use different seeds, so their production rankers differ
     prod = saved["algorithms"]["production"]["trials"]
     assert prod[0]["ndcg@10"] != prod[1]["ndcg@10"]
+
+
+# --------------------------------------------------------------------------- typed configuration, protocol
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def test_yaml_files_mirror_the_dataclass_defaults():
+    """Defaults are written once, in ``ltrjax.offline.config``; the YAML files only mirror them."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from ltrjax.offline.config import FidelityConfig, OfflineConfig
+
+    for name, cls in (("offline", OfflineConfig), ("offline_fidelity", FidelityConfig)):
+        yaml = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "experiment" / f"{name}.yaml"))
+        assert yaml == dataclasses.asdict(cls()), name
+
+
+def test_bad_offline_settings_are_refused_naming_the_key():
+    """Checked before any work: unknown keys, bad values and estimator options that the estimator does not take
+    are a ConfigError naming the dotted key (``python -m ltrjax.run`` prints it and exits 2)."""
+    import pytest
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from ltrjax.constraints import ConfigError
+    from ltrjax.offline.config import FidelityConfig, OfflineConfig, from_mapping
+    from ltrjax.schema import validate
+
+    def refused(*overrides):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=list(overrides))
+        with pytest.raises(ConfigError) as info:
+            validate(cfg, overrides)
+        return str(info.value)
+
+    assert "experiment.estimator_options.ips.clp" in refused("experiment=offline", "+experiment.estimator_options.ips.clp=1")
+    assert "experiment.estimator_options.nosuch" in refused("experiment=offline",
+                                                            "+experiment.estimator_options.nosuch.x=1")
+    assert "experiment.list_cap" in refused("experiment=offline", "experiment.list_cap=0")
+    assert "experiment.click_model.noise" in refused("experiment=offline", "experiment.click_model.noise=2")
+    assert "experiment.prs.clicks_per_query" in refused("experiment=offline_fidelity", "experiment.prs.clicks_per_query=-1")
+    assert "experiment.vectorization.estimators" in refused("experiment=offline_fidelity",
+                                                            "experiment.vectorization.estimators=[nosuch]")
+    assert "experiment.clicks_per_query" in refused("experiment=offline", "experiment.n_sessions=10",
+                                                    "experiment.clicks_per_query=3")
+    with pytest.raises(ConfigError, match="train.max_stepz"):
+        from_mapping(OfflineConfig, {"train": {"max_stepz": 3}})
+    with pytest.raises(ConfigError, match="vectorization.dims"):
+        from_mapping(FidelityConfig, {"vectorization": {"dims": [0]}})
+    # a valid run config comes back typed, its run-level keys filled from the top level
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = validate(compose("config", overrides=["experiment=offline", "seed=4"]), ["seed=4"])
+    exp = from_mapping(OfflineConfig, OmegaConf.to_container(cfg.experiment))
+    assert exp.seed == 4 and exp.budget == ("clicks", 128_000) and exp.list_size is None
+
+
+def test_no_offline_module_imports_the_config_layer_or_online():
+    """issue 23: ``ltrjax/offline/`` imports neither ``ltrjax.schema`` nor ``ltrjax.online`` (no import cycle)."""
+    import ast
+
+    for path in sorted((REPO / "ltrjax" / "offline").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert not name.startswith(("ltrjax.schema", "ltrjax.online", "ltrjax.runner")), (path, name)
+
+
+def test_presented_lists_are_whole_candidate_lists_and_the_budget_counts_clicks(tmp_path):
+    """The PRS protocol by default: the whole candidate list (up to list_cap) is presented, the budget is counted
+    in clicks, and the results give clicks per logged query; list_size cuts the list where a user asks."""
+    qs = toy_queryset(n_queries=60, docs=(5, 40), seed=4)
+    cfg = {"experiment": {"trials": 1, "n_clicks": 3000, "progress": False, "estimators": ["prs", "ips_oracle"],
+                          "train": {"max_steps": 6, "eval_every_steps": 3}, "eval_buckets": 1, "save_models": False}}
+    out = run_offline(cfg, tmp_path, queryset=qs)
+    info = out["trials_info"][0]
+    sizes = np.diff(qs.query_offsets)
+    assert info["list_size"] <= sizes.max() and info["list_size"] > 10 and info["mean_presented"] > 10
+    assert 3000 <= info["clicks"] < 3000 + info["list_size"]
+    assert abs(info["clicks_per_query"] - info["clicks"] / info["n_logged_queries"]) < 1e-6
+    assert out["algorithms"]["ips_oracle"]["trials"][0]["told"] == "true click model"
+    assert out["algorithms"]["prs"]["trials"][0]["told"] == "known"
+    drop = ("best_step",)  # what each fit made of the same schedule
+    assert {k: v for k, v in out["training"]["prs"].items() if k not in drop} == \
+        {k: v for k, v in out["training"]["ips_oracle"].items() if k not in drop}
+    cut = run_offline({"experiment": {**cfg["experiment"], "list_size": 10, "clicks_per_query": 5.0}},
+                      tmp_path / "cut", queryset=qs)["trials_info"][0]
+    assert cut["list_size"] == 10 and abs(cut["clicks_per_query"] - 5.0) < 0.5

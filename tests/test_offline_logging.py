@@ -128,15 +128,18 @@ def test_buckets_cover_every_query_once():
 def test_logging_boost_reorders_by_the_boosted_feature_only_when_asked():
     """``logging_boost``: weight 0 keeps the production scores; a large weight ranks every query by the feature
     (NumPy reference: the z-scored column); a column outside the features is refused."""
-    from ltrjax.offline.experiment import logging_scores
+    from ltrjax.offline.experiment import experiment_config, logging_scores
+
+    def boost(column, weight):
+        return experiment_config({"logging_boost": {"column": column, "weight": weight}})
 
     qs = toy_queryset(n_queries=12, seed=3)
     rng = np.random.default_rng(0)
     buckets = bucket_queries(qs, np.arange(12), rng, n_buckets=2)
     prod = [jnp.asarray(rng.normal(size=b.mask.shape), jnp.float32) for b in buckets]
-    same = logging_scores(qs, {"logging_boost": {"column": 1, "weight": 0.0}}, buckets, prod)
+    same = logging_scores(qs, boost(1, 0.0), buckets, prod)
     assert all(a is b for a, b in zip(same, prod))
-    boosted = logging_scores(qs, {"logging_boost": {"column": 1, "weight": 1e4}}, buckets, prod)
+    boosted = logging_scores(qs, boost(1, 1e4), buckets, prod)
     for b, s in zip(buckets, boosted):
         mask = np.asarray(b.mask)
         col = np.asarray(b.features)[..., 1]
@@ -145,4 +148,55 @@ def test_logging_boost_reorders_by_the_boosted_feature_only_when_asked():
             np.testing.assert_array_equal(np.argsort(-np.asarray(s)[row][m], kind="stable"),
                                           np.argsort(-col[row][m], kind="stable"))
     with pytest.raises(ValueError, match="logging_boost.column"):
-        logging_scores(qs, {"logging_boost": {"column": qs.n_features, "weight": 1.0}}, buckets, prod)
+        logging_scores(qs, boost(qs.n_features, 1.0), buckets, prod)
+
+
+def test_a_click_budget_logs_sessions_until_it_is_spent():
+    """``n_clicks`` (PRS §5.2 counts clicks): sessions are logged while fewer than n clicks came before them, so
+    the total is n up to the last session's clicks, and the kept sessions are exactly the first ones of the
+    session budget's stream (the same key and chunks), whatever the chunk size."""
+    model = MODELS["pbm_inverse"]
+    logged = _logged()
+    for chunk in (64, 1000):
+        stats = log_click_stats(jax.random.PRNGKey(3), model, logged, n_clicks=5_000, chunk=chunk)
+        assert 5_000 <= stats.total_clicks < 5_000 + K
+        n = int(stats.total_sessions)
+        by_sessions = log_click_stats(jax.random.PRNGKey(3), model, logged, n, chunk=chunk)
+        for a, b in zip(jax.tree_util.tree_leaves(stats), jax.tree_util.tree_leaves(by_sessions)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="exactly one budget"):
+        log_click_stats(jax.random.PRNGKey(3), model, logged, 10, n_clicks=10)
+
+
+def test_chunked_pair_statistics_equal_the_per_session_reference_on_long_lists():
+    """Whole candidate lists (K = 60) through small chunks (the [chunk, K, K] pair statistics bound the memory):
+    the chunked per-query statistics equal the one-session-at-a-time reference over the same sessions."""
+    from ltrjax.offline.logging import chunk_size
+
+    k = 60
+    logged = _logged(n_queries=5, k=k, seed=4)
+    model = pbm(examination("inverse", k))
+    sessions = []
+    stats = log_click_stats(jax.random.PRNGKey(8), model, logged, 700, chunk=128,
+                            on_chunk=lambda first, q, c: sessions.append((first, q, c)))
+    assert [f for f, _, _ in sessions] == [0, 128, 256, 384, 512, 640]
+    query = np.concatenate([q for _, q, _ in sessions])
+    clicks = np.concatenate([c for _, _, c in sessions])
+    n, c, pairs, pairs_l = reference_click_stats(clicks, query, 5)
+    np.testing.assert_allclose(stats.n_sessions, n)
+    np.testing.assert_allclose(stats.clicks, c)
+    np.testing.assert_allclose(stats.pairs, pairs)
+    np.testing.assert_allclose(stats.pairs_lambda, pairs_l, rtol=1e-5)
+    assert chunk_size(1250) == (1 << 24) // 1250 ** 2 and chunk_size(10) == 1 << 17 and chunk_size(60, 7) == 7
+
+
+def test_result_randomization_estimates_the_examination_curve():
+    """A simulated result-randomization experiment (PRS Table 1's propensity estimate) recovers theta_k / theta_1
+    of a PBM within sampling error."""
+    from ltrjax.offline.logging import randomization_propensities
+
+    logged = _logged(n_queries=20, seed=2, short_last=False)
+    theta = examination("inverse", K)
+    est = randomization_propensities(jax.random.PRNGKey(0), pbm(theta), logged, 200_000)
+    np.testing.assert_allclose(est, theta / theta[0], atol=0.03)
+    assert est[0] == 1.0
