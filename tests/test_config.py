@@ -10,10 +10,10 @@ import time
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pytest
-from typing import Annotated
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
