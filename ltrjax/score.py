@@ -43,13 +43,18 @@ def letor_queryset(path, features: dict, cache_dir=None) -> QuerySet:
 
 
 def _offline_scores(model: SavedModel, qs: QuerySet) -> np.ndarray:
-    from ltrjax.offline.estimators import make_estimator, options_from_flat
+    from ltrjax.offline.estimators import estimator_option_defaults, make_estimator, options_from_flat
     from ltrjax.offline.lists import bucket_queries
 
     meta = model.meta
     ranker = meta.get("ranker", "linear")
-    est = make_estimator(meta["estimator"], ranker=ranker, hidden=tuple(meta.get("hidden") or (64, 32)),
-                         **options_from_flat(meta["estimator"], meta.get("options") or {}, ranker))
+    opts = dict(meta.get("options") or {})
+    if not set(opts) <= {*estimator_option_defaults(meta["estimator"]), "gbdt"}:  # a model saved with flat options
+        opts = options_from_flat(meta["estimator"], opts, ranker)
+    if ranker != "lambdamart":
+        opts.pop("gbdt", None)
+    opts = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
+    est = make_estimator(meta["estimator"], ranker=ranker, hidden=tuple(meta.get("hidden") or (64, 32)), **opts)
     score = jax.jit(est.score)
     out = np.zeros(qs.n_docs, np.float32)
     for lists in bucket_queries(qs, np.arange(qs.n_queries), np.random.default_rng(0), n_buckets=4):

@@ -117,6 +117,13 @@ PRESETS: dict[str, SyntheticParams] = {
         label_probs=(0.261, 0.359, 0.287, 0.076, 0.017), bm25_feature=1, bm25_signal=0.33,
         constant_features=tuple(range(520, 701)),
     ),
+    # The Vectorization papers' regime on a CPU budget (issue 20): 5 grades with Yahoo!'s label mix, enough queries
+    # that the 1% production ranker is trained on about 100 (17000 x 0.6 x 0.01), Yahoo!-sized lists (~20 docs)
+    # and 46 features so that a table of 8 runs fits on one core.
+    "synthetic_vec_regime": SyntheticParams(
+        name="synthetic_vec_regime", n_queries=17000, docs_mean=20.0, docs_std=12.0,
+        docs_min=5, docs_max=60, label_probs=(0.261, 0.359, 0.287, 0.076, 0.017), bm25_signal=0.33,
+    ),
     # Istella-S: 33018 queries / 3,408,630 docs (avg 103), 220 features; the maximum and
     # the label mix (mostly 0) are approximate; BM25-like column at id 1 as for Yahoo.
     "synthetic_istella_s": SyntheticParams(
