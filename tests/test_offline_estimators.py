@@ -218,7 +218,7 @@ def _ref_listwise(scores, sessions, mask, label_fn):
     return total / len(sessions.query)
 
 
-@pytest.mark.parametrize("name", ["prs", "prs_lambda", "pns", "ips", "ips_listwise", "affine_oracle"])
+@pytest.mark.parametrize("name", ["prs", "prs_lambda", "pns", "ips", "ips_listwise", "ips_lambda", "affine_oracle"])
 def test_aggregated_losses_equal_per_session_sums(name):
     batch, sessions, logged = _setup(n_sessions=150)
     theta = np.asarray(examination("inverse", K, 1.0))
@@ -237,6 +237,8 @@ def test_aggregated_losses_equal_per_session_sums(name):
         ref = _ref_pairwise(scores, sessions, mask, lambda i, j: theta[j])
     elif name == "ips":
         ref = _ref_pairwise(scores, sessions, mask, lambda i, j: min(1 / theta[i], 5.0))
+    elif name == "ips_lambda":
+        ref = _ref_pairwise(scores, sessions, mask, lambda i, j: 1 / theta[i], lam=True)
     elif name == "ips_listwise":
         ref = _ref_listwise(scores, sessions, mask, lambda c: c * np.minimum(1 / theta, 5.0))
     else:

@@ -65,6 +65,7 @@ _CACHE_SIZE = 256  # bounded: a loop over many option values keeps the 256 most 
 register_estimator("naive", naive.make, tree=True)
 register_estimator("ips", ips.make, tree=True)
 register_estimator("ips_oracle", ips.make_oracle, tree=True, oracle=True)
+register_estimator("ips_lambda", ips.make_lambda, tree=True)
 register_estimator("pns", pns.make, tree=True)
 register_estimator("prs", prs.make, tree=True)
 register_estimator("prs_lambda", prs.make_lambda, tree=True)
@@ -134,7 +135,7 @@ def make_estimator(name: str, *, ranker: str = "linear", hidden=(64, 32), gbdt: 
 _FLAT_KEYS = {
     "naive_form": (("naive",), "form"),
     "ips_form": (("ips", "ips_oracle"), "form"),
-    "ips_clip": (("ips", "ips_oracle"), "clip"),
+    "ips_clip": (("ips", "ips_oracle", "ips_lambda"), "clip"),
     "prs_gamma": (("prs", "prs_lambda", "pns"), "gamma"),
     "dla_clip": (("dla",), "clip"),
     "em_step": (("regression_em",), "step"),

@@ -6,13 +6,16 @@ Clicked documents are weighted by w_k = min(1/theta_k, M) (option ``clip`` = M; 
 ``ips`` and ``ips_oracle`` share the loss; the names say what the experiment tells them: ``ips_oracle`` gets
 the true theta (an upper reference), ``ips`` the propensities the paper gave its IPS (known in PRS Figs. 3-6,
 estimated by randomization in PRS Table 1).
+``ips_lambda`` (``make_lambda``): Unbiased LambdaMART's weighting as PRS §5.1 writes its baseline, the pairwise
+IPS weight 1/theta_{k_i} times |Delta NDCG_ij| of swapping i and j (``prs_lambda`` with theta_j / theta_i
+replaced by 1 / theta_i): the tree baseline of PRS Table 1's PRS-LambdaMART.
 """
 
 import dataclasses
 
 import jax.numpy as jnp
 
-from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_sessions, next_step,
+from ltrjax.offline.estimators.base import (Estimator, delta_dcg, init_scalar_ranker, n_sessions, next_step,
                                             pairwise_loss, ranker_scores, scalar_scores,
                                             weighted_softmax_ce)
 
@@ -41,3 +44,15 @@ def make(scorer, *, form: str = "pairwise", clip: float | None = None) -> Estima
 def make_oracle(scorer, *, form: str = "pairwise", clip: float | None = None) -> Estimator:
     """IPS told the true theta_k: an upper reference (the experiment decides which ``Propensities`` each name gets)."""
     return dataclasses.replace(make(scorer, form=form, clip=clip), name="ips_oracle")
+
+
+def make_lambda(scorer, *, clip: float | None = None) -> Estimator:
+    """IPS-weighted LambdaMART pairs: w_{k_i} |Delta NDCG_ij| l_ij (module docstring); ``clip`` as for ``make``."""
+
+    def loss(params, state, batch, key):
+        w = ips_weights(state["props"].theta, clip)
+        s = ranker_scores(scorer, params, batch.features)
+        pw = batch.pairs_lambda * w[:, None] * delta_dcg(s, batch.mask)
+        return pairwise_loss(s, pw, batch.mask) / n_sessions(batch), next_step(state)
+
+    return Estimator("ips_lambda", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
