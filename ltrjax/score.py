@@ -37,11 +37,13 @@ class ScoreError(ValueError):
 
 def feature_mismatch(path, width: int, features: dict) -> str | None:
     """Why a LETOR file of ``width`` features (the largest feature id in it) cannot be scored by a model
-    with ``features`` (its training files had ``n_features``, it reads ``feature_ids``), or None."""
+    with ``features`` (its training files had ``n_features``, it reads ``feature_ids``), or None: the file
+    must not have more features than the training files, nor lack one the model reads (a sparse file may
+    leave out trailing features the model does not read)."""
     ids = [int(i) for i in features["feature_ids"]]
     trained = int(features.get("n_features") or max(ids, default=0))  # older model files: the largest kept id
     missing = [i for i in ids if i > width]
-    if width == trained and not missing:
+    if width <= trained and not missing:  # sparse files may omit trailing features the model does not read
         return None
     what = (f"the model reads {len(missing)} feature ids the file does not have ({_ids(missing)})" if missing
             else "its feature ids differ from the model's")

@@ -224,6 +224,12 @@ def test_score_refuses_a_file_with_other_features(tmp_path, bm25_model, capsys):
     assert status == 0 and len(out.splitlines()) == 24
     status, out, err = score_main(capsys, bm25_model, narrow, "--allow-feature-mismatch")
     assert status == 0 and len(out.splitlines()) == 24
+    sparse = tmp_path / "sparse.txt"  # trailing feature 5 left out, and the model does not read it
+    sparse.write_text(letor_lines(3, n_features=4))
+    save_model(tmp_path / "four.msgpack", {**BM25_META, "features": {**BM25_META["features"],
+                                                                     "feature_ids": [1, 2, 3, 4]}}, ())
+    status, out, err = score_main(capsys, tmp_path / "four.msgpack", sparse)
+    assert status == 0 and len(out.splitlines()) == 24, err
 
 
 def test_score_matching_file_and_missing_output_folder(tmp_path, bm25_model, capsys):
