@@ -152,6 +152,8 @@ def test_dropped_and_merged_queries_and_constant_features_are_logged_and_recorde
     assert report.as_dict()["features_dropped_constant"] == [5] and qs.info["queries_merged"] == 1
     warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warning) == 1, warning
+    assert len(list((tmp_path / "cache" / "letor").glob("*.npz"))) == 3  # the merged count survives the cache
+    assert load_dataset(letor_cfg(root), cache_dir=tmp_path / "cache").preprocess_report == report
     for part in ("dataset tiny", "dropped 1 of 19 queries with <= 5 documents (dataset.min_docs; train 1)",
                  "merged the lines of 1 queries", "dropped 1 of 5 features as constant", "ids 5"):
         assert part in warning[0], part
