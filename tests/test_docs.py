@@ -19,6 +19,7 @@ The blocks are found with markdown-it-py (a dependency of rich, which flax requi
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 import subprocess
@@ -27,6 +28,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -100,7 +102,11 @@ def test_python_block_runs(block: Block, tmp_path):
     compile(code, block.id, "exec")
     if block.title.startswith("not run"):
         return  # visibly marked on the page; compiled above
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    # the suite's persistent XLA cache (tests/conftest.py), so a rerun does not compile the snippet's programs again
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(jax.config.jax_compilation_cache_dir),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(jax.config.jax_persistent_cache_min_compile_time_secs)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, f"{block.id} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
