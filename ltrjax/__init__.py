@@ -16,6 +16,7 @@ _EXPORTS = {
     # data
     "QuerySet": "ltrjax.data.queryset",
     "load_dataset": "ltrjax.data.registry",
+    "shipped_datasets": "ltrjax.data.registry",
     "read_letor": "ltrjax.data.letor",
     "preprocess": "ltrjax.data.preprocess",
     "generate_synthetic": "ltrjax.data.synthetic",
@@ -67,6 +68,7 @@ _EXPORTS = {
     "score_queryset": "ltrjax.score",
     # run functions (plain objects and dataclasses, no Hydra)
     "compare_online": "ltrjax.api",
+    "algorithm": "ltrjax.api",
     "summarize_online": "ltrjax.api",
     "OfflineSettings": "ltrjax.api",
     "train_offline": "ltrjax.api",
@@ -90,14 +92,15 @@ def __dir__():
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from ltrjax import metrics  # noqa: F401
-    from ltrjax.api import OfflineSettings, compare_online, queryset_from_arrays, summarize_online, train_offline  # noqa: F401
+    from ltrjax.api import (OfflineSettings, algorithm, compare_online, queryset_from_arrays,  # noqa: F401
+                            summarize_online, train_offline)
     from ltrjax.clicklog import ClickLog, read_click_log, write_click_log  # noqa: F401
     from ltrjax.clicks import ClickModel, cascade, click_matrix, examination, make_click_model, pbm, trust_bias  # noqa: F401
     from ltrjax.data.layout import PaddedDataset, pad_and_bucket  # noqa: F401
     from ltrjax.data.letor import read_letor  # noqa: F401
     from ltrjax.data.preprocess import preprocess  # noqa: F401
     from ltrjax.data.queryset import QuerySet  # noqa: F401
-    from ltrjax.data.registry import load_dataset  # noqa: F401
+    from ltrjax.data.registry import load_dataset, shipped_datasets  # noqa: F401
     from ltrjax.data.synthetic import generate_synthetic  # noqa: F401
     from ltrjax.offline.estimators import (ALL_ESTIMATORS, ClickBatch, Estimator, LabeledBatch,  # noqa: F401
                                            Propensities, make_estimator)

@@ -1,10 +1,12 @@
 """Run functions for library use: plain Python objects and dataclasses in, results out (no Hydra).
 
 * ``queryset_from_arrays``: a ``QuerySet`` from feature/label/query-id arrays (rows grouped by query).
+* ``algorithm``: the policy factory of a shipped algorithm (``conf/algorithm/NAME.yaml``), built exactly as
+  ``python -m ltrjax.run`` builds that row (with ``experiment.tune=false``: its tune grid is not run).
 * ``compare_online``: policies (or factories ``PaddedDataset -> Policy``) x trials under one protocol
   (``SimConfig``) and click model; returns every trial's ``TrialResult``. Trial t of every policy uses
   the key ``fold_in(PRNGKey(seed), t)``, as ``python -m ltrjax.run`` does, so policies share their
-  session and click draws.
+  session and click draws. Every policy is built and initialised on the data before any simulation.
 * ``train_offline``: every offline estimator trained from a Parquet click log (``ltrjax.clicklog``) or
   from simulated logging, evaluated on the dataset's test queries (``OfflineSettings``).
 """
@@ -21,6 +23,8 @@ import numpy as np
 
 from ltrjax.clicklog import ClickLog, write_click_log
 from ltrjax.clicks import ClickModel
+from ltrjax.constraints import ConfigError
+from ltrjax.data.checks import check_list_width
 from ltrjax.data.layout import PaddedDataset, pad_and_bucket
 from ltrjax.data.queryset import QuerySet, offsets_from_counts, random_split
 from ltrjax.offline.estimators import ALL_ESTIMATORS
@@ -64,25 +68,75 @@ def queryset_from_arrays(features, labels, qids, split=None, *, name: str = "arr
 PolicyFactory = Callable[[PaddedDataset], Policy]
 
 
+def algorithm(name: str, **options) -> PolicyFactory:
+    """A factory ``PaddedDataset -> Policy`` of shipped algorithm ``name`` (``conf/algorithm/NAME.yaml``, e.g.
+    ``"ebrank"``) with ``options`` replacing its settings (``epsilon=10``, ``fit={...}``): the policy that
+    ``python -m ltrjax.run`` builds for that row with ``experiment.tune=false`` (its ``tune`` grid is not run).
+    Unknown names, keys and values raise ``ConfigError``, as on the command line."""
+    from omegaconf import OmegaConf
+
+    from ltrjax.schema import algorithm_options, conf_dir, resolve_algorithm
+
+    path = conf_dir() / "algorithm" / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ConfigError("algorithm", name, f"expected a shipped algorithm ({', '.join(names)})")
+    acfg = {**OmegaConf.to_container(OmegaConf.load(path), resolve=True), **options}
+    cls, kwargs, _ = algorithm_options(name, resolve_algorithm(name, acfg))
+
+    def build(data: PaddedDataset) -> Policy:
+        policy = cls(data, **kwargs)
+        policy.name = name
+        return policy
+
+    build.__name__ = build.__qualname__ = f"algorithm_{name}"
+    return build
+
+
+def prepare_policies(data: PaddedDataset, policies: Mapping[str, Policy | PolicyFactory]) -> dict[str, Policy]:
+    """Every policy built for ``data`` and initialised once, before any simulation: a factory or ``init``
+    that fails raises ``ValueError`` naming the policy (not after the earlier policies' populations ran)."""
+    out = {}
+    for name, policy in policies.items():
+        try:
+            built = policy if isinstance(policy, Policy) else policy(data)
+            if not isinstance(built, Policy):
+                raise TypeError(f"expected a Policy or a factory returning one, got {type(built).__name__}")
+            built.init(jax.random.PRNGKey(0), data)
+        except (ConfigError, ValueError, TypeError, KeyError, IndexError) as err:
+            raise ValueError(f"policy {name!r} cannot run on dataset {data.name!r} ({data.n_queries} queries, "
+                             f"{data.n_features} features): {type(err).__name__}: {err}") from err
+        built.name = name
+        out[name] = built
+    return out
+
+
 def compare_online(queryset: QuerySet | PaddedDataset, policies: Mapping[str, Policy | PolicyFactory], *,
                    click_model: ClickModel, sim: SimConfig = SimConfig(), trials: int = 1, seed: int = 0,
                    warmup: bool = True, n_buckets: int = 4, progress: bool = False) -> dict[str, list[TrialResult]]:
     """Every policy x ``trials`` trials under ``sim`` and ``click_model``; {name: [TrialResult per trial]}.
 
     ``policies`` maps a name to a Policy built for this data or to a factory called with the padded
-    data. ``warmup`` runs the protocol's BM25 warm-up sessions when the data has a BM25 column.
+    data (``algorithm(NAME)``: a shipped algorithm as the command line builds it). ``warmup`` runs the
+    protocol's BM25 warm-up sessions when the data has a BM25 column. Before any simulation, ``sim.top_k`` is
+    checked against the data (``ConfigError``) and every policy is built and initialised (``prepare_policies``).
     """
     if int(trials) < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    data = queryset if isinstance(queryset, PaddedDataset) else pad_and_bucket(queryset, n_buckets)
+    if isinstance(queryset, PaddedDataset):
+        data = queryset
+        narrow = min(b.width for b in data.buckets)
+        check_list_width(max(b.width for b in data.buckets), sim.top_k, data.name)
+        if sim.top_k > narrow:
+            raise ConfigError("sim.top_k", sim.top_k, f"expected at most {narrow}, the narrowest bucket of the padded "
+                              f"data; lay it out with pad_and_bucket(..., min_width={sim.top_k})")
+    else:
+        check_list_width(int(queryset.docs_per_query.max(initial=0)), sim.top_k, queryset.name)
+        data = pad_and_bucket(queryset, n_buckets, min_width=sim.top_k)
     simulator = Simulator(data, click_model, sim, warmup_policy=BM25(data) if warmup and data.bm25_column >= 0 else None)
+    built = prepare_policies(data, policies)
     keys = [jax.random.fold_in(jax.random.PRNGKey(int(seed)), t) for t in range(int(trials))]
-    out = {}
-    for name, policy in policies.items():
-        policy = policy if isinstance(policy, Policy) else policy(data)
-        policy.name = name
-        out[name] = simulator.run_population(policy, keys, progress=progress)
-    return out
+    return {name: simulator.run_population(policy, keys, progress=progress) for name, policy in built.items()}
 
 
 def summarize_online(results: Mapping[str, list[TrialResult]]) -> dict[str, dict[str, float]]:

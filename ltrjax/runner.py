@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from ltrjax.clicks import make_click_model
+from ltrjax.data.checks import check_list_width
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online.policies.bm25 import BM25
@@ -163,8 +164,9 @@ def bm25_fallback(cfg: DictConfig, data) -> DictConfig:
 
 
 def padded_data(cfg: DictConfig, queryset: QuerySet):
+    check_list_width(int(queryset.docs_per_query.max(initial=0)), int(cfg.sim.top_k), queryset.name)
     return pad_and_bucket(queryset, int(cfg.layout.n_buckets), merge_tolerance=float(cfg.layout.merge_tolerance),
-                          single_bucket_cells=int(cfg.layout.single_bucket_cells))
+                          single_bucket_cells=int(cfg.layout.single_bucket_cells), min_width=int(cfg.sim.top_k))
 
 
 def build_simulator(cfg: DictConfig, data, **sim_overrides) -> Simulator:

@@ -35,7 +35,10 @@ def feature_spec(queryset) -> dict:
     """How a QuerySet's feature columns were made from the LETOR file (see ``ltrjax.data.preprocess``)."""
     ids = [int(i) for i in np.asarray(queryset.feature_ids)]
     bm25 = int(queryset.bm25_column)
-    return {"feature_ids": ids, "normalize": str(queryset.info.get("normalize", "query_minmax")),
+    report = getattr(queryset, "preprocess_report", None)
+    n_read = int(report.features_read) if report is not None else max(ids, default=0)
+    return {"feature_ids": ids, "n_features": n_read,  # the width of the training files (feature ids 1..n)
+            "normalize": str(queryset.info.get("normalize", "query_minmax")),
             "bm25_feature": ids[bm25] if bm25 >= 0 else None, "y_max": int(queryset.y_max),
             "dataset": str(queryset.name)}
 

@@ -7,13 +7,19 @@ per-query min-max normalisation); an online policy scores *cold* (no click stati
 ``test_scores(..., warm=False)``). Each line of the output is ``qid Q0 docid rank score tag``, the
 format trec_eval and ir_measures read, where ``docid`` is the 0-based index of the document among
 its query's lines in the file (the document ids of click logs) and ranks break score ties by that
-index. A malformed LETOR file or model file exits with status 2 and one line naming it.
+index. A malformed LETOR file or model file exits with status 2 and one line naming it; so does a file
+whose features differ from the model's training files (``--allow-feature-mismatch`` scores it anyway,
+absent features read as 0), an output folder that does not exist, and a model that ranks cold documents
+by nothing (an only-behaviour policy scores every document without clicks the same). A closed output
+pipe (``| head``) ends the run quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -25,9 +31,40 @@ from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.saved import SavedModel, load_model, restore
 
 
-def letor_queryset(path, features: dict, cache_dir=None) -> QuerySet:
-    """A LETOR file as a QuerySet with the columns and normalisation of a model's ``features`` spec."""
+class ScoreError(ValueError):
+    """A file, model or output the scorer refuses; ``str(e)`` is one paragraph (exit status 2)."""
+
+
+def feature_mismatch(path, width: int, features: dict) -> str | None:
+    """Why a LETOR file of ``width`` features (the largest feature id in it) cannot be scored by a model
+    with ``features`` (its training files had ``n_features``, it reads ``feature_ids``), or None: the file
+    must not have more features than the training files, nor lack one the model reads (a sparse file may
+    leave out trailing features the model does not read)."""
+    ids = [int(i) for i in features["feature_ids"]]
+    trained = int(features.get("n_features") or max(ids, default=0))  # older model files: the largest kept id
+    missing = [i for i in ids if i > width]
+    if width <= trained and not missing:  # sparse files may omit trailing features the model does not read
+        return None
+    what = (f"the model reads {len(missing)} feature ids the file does not have ({_ids(missing)})" if missing
+            else "its feature ids differ from the model's")
+    return (f"{path} has {width} features, but the model was trained on files with {trained} features "
+            f"(it reads {len(ids)} of them): {what}; score a file with the training data's features, or pass "
+            "--allow-feature-mismatch to score it anyway (absent features read as 0, extra ones are ignored)")
+
+
+def _ids(ids) -> str:
+    return ", ".join(map(str, ids[:10])) + (f", ... ({len(ids)} in all)" if len(ids) > 10 else "")
+
+
+def letor_queryset(path, features: dict, cache_dir=None, *, allow_feature_mismatch: bool = True) -> QuerySet:
+    """A LETOR file as a QuerySet with the columns and normalisation of a model's ``features`` spec; a file
+    whose feature count differs from the model's training files raises ``ScoreError`` unless
+    ``allow_feature_mismatch``."""
     raw = read_letor(path, cache_dir=cache_dir)
+    if not allow_feature_mismatch:
+        problem = feature_mismatch(path, raw.features.shape[1], features)
+        if problem:
+            raise ScoreError(problem)
     ids = np.asarray(features["feature_ids"], np.int64)
     x = np.zeros((raw.features.shape[0], len(ids)), np.float32)
     present = ids <= raw.features.shape[1]  # sparse files may omit trailing all-zero features
@@ -93,6 +130,24 @@ def _online_scores(model: SavedModel, qs: QuerySet) -> np.ndarray:
     return out
 
 
+def check_cold_scores(model: SavedModel, qs: QuerySet, scores: np.ndarray) -> None:
+    """``ScoreError`` when the model gives every document of every query with two or more documents the
+    same score: it ranks cold documents (no clicks, all ``ltrjax.score`` sees) by nothing."""
+    offsets = np.asarray(qs.query_offsets)
+    long = np.flatnonzero(np.diff(offsets) > 1)
+    if long.size == 0:
+        return
+    lo = np.minimum.reduceat(scores, offsets[:-1])[long]
+    hi = np.maximum.reduceat(scores, offsets[:-1])[long]
+    if (lo == hi).all():
+        name = model.meta.get("algorithm") or model.meta.get("estimator")
+        target = (model.meta.get("config") or {}).get("_target_", "")
+        raise ScoreError(f"{model.path}: model {name} ({target.rsplit('.', 1)[-1] or model.meta.get('kind')}) scores "
+                         f"every document of all {long.size} queries of {qs.name} the same: it cannot rank cold "
+                         "documents (it ranks by click statistics, which a LETOR file does not have), so its run "
+                         "file would be the file's order; score a model with a feature-based part instead")
+
+
 def score_queryset(model: SavedModel, qs: QuerySet) -> np.ndarray:
     """float32 ``[N_docs]``: the model's score of every document of ``qs`` (flat QuerySet order)."""
     kind = model.meta.get("kind")
@@ -131,26 +186,51 @@ def main(argv=None) -> int:
     parser.add_argument("--qrels", default=None, help="also write the file's labels as TREC qrels (same docids)")
     parser.add_argument("--exp-gain", action="store_true",
                         help="qrels relevance 2^label - 1, the gain of ltrjax's NDCG (trec_eval's gain is the relevance)")
+    parser.add_argument("--allow-feature-mismatch", action="store_true",
+                        help="score a file whose feature count differs from the model's training files "
+                             "(absent features read as 0)")
     args = parser.parse_args(argv)
     try:
+        for out in (args.out, args.qrels):
+            if out not in (None, "-"):
+                _check_writable(out)
         model = load_model(args.model)
-        qs = letor_queryset(args.letor, model.meta["features"], cache_dir=args.cache_dir)
+        qs = letor_queryset(args.letor, model.meta["features"], cache_dir=args.cache_dir,
+                            allow_feature_mismatch=args.allow_feature_mismatch)
+        scores = score_queryset(model, qs)
+        check_cold_scores(model, qs, scores)
     except (DataFormatError, ValueError, FileNotFoundError, KeyError) as err:
         print(f"ltrjax.score: {err}", file=sys.stderr)
         return 2
-    if args.qrels:
-        with open(args.qrels, "w") as f:
-            f.writelines(qrels_lines(qs, args.exp_gain))
-    scores = score_queryset(model, qs)
     tag = args.tag or model.meta.get("algorithm") or model.meta.get("estimator") or "ltrjax"
-    lines = trec_lines(qs, scores, tag)
-    if args.out == "-":
-        sys.stdout.writelines(lines)
-    else:
-        with open(args.out, "w") as f:
-            f.writelines(lines)
-        print(f"wrote {qs.n_docs} lines for {qs.n_queries} queries to {args.out}", file=sys.stderr)
+    try:
+        if args.qrels:
+            with open(args.qrels, "w") as f:
+                f.writelines(qrels_lines(qs, args.exp_gain))
+        lines = trec_lines(qs, scores, tag)
+        if args.out == "-":
+            sys.stdout.writelines(lines)
+            sys.stdout.flush()
+        else:
+            with open(args.out, "w") as f:
+                f.writelines(lines)
+            print(f"wrote {qs.n_docs} lines for {qs.n_queries} queries to {args.out}", file=sys.stderr)
+    except BrokenPipeError:  # the reader closed the pipe (| head): what it read is what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)  # so that the interpreter's final flush cannot fail again
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as err:
+        print(f"ltrjax.score: cannot write {err.filename or args.out}: {err.strerror or err}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _check_writable(path: str) -> None:
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ScoreError(f"cannot write {path}: the folder {folder} does not exist (create it first)")
+    if not os.access(folder, os.W_OK):
+        raise ScoreError(f"cannot write {path}: the folder {folder} is not writable")
 
 
 if __name__ == "__main__":

@@ -80,3 +80,121 @@ def test_queryset_from_arrays_groups_by_query_in_order_of_appearance():
     assert qs.y_max == 2 and qs.split.tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="one entry per query"):
         ltrjax.queryset_from_arrays(feats, [0, 1, 2, 0, 1], qids, split=[0, 1])
+
+
+# --------------------------------------------------------------------------- the API equals the command line
+from tests.shared_data import MQ2008, needs_mq2008  # noqa: E402
+from tests.test_run import run_cli  # noqa: E402
+
+SESSIONS = 400  # both sides use it; everything else is the shipped protocol (20 x #queries warm-up sessions)
+
+
+def readme_snippet(path, sessions):
+    """The documented snippet (docs/_incoming/h-data.md "The Python API equals the command line"), the
+    session count and trials made small; returns its summary."""
+    qs = ltrjax.load_dataset("mq2008", path=path)                      # conf/dataset/mq2008.yaml, as +dataset=mq2008
+    click_model = ltrjax.make_click_model({"kind": "pbm", "examination": "log2"}, 5)   # click_model=ebrank_pbm
+    results = ltrjax.compare_online(qs, {"ebrank": ltrjax.algorithm("ebrank")},         # conf/algorithm/ebrank.yaml
+                                    click_model=click_model, sim=ltrjax.SimConfig(sessions=sessions, n_updates=2),
+                                    trials=1, seed=0)
+    return ltrjax.summarize_online(results)
+
+
+@needs_mq2008
+def test_readme_snippet_equals_the_cli_on_mq2008_trial_0(tmp_path):
+    proc = run_cli(tmp_path, "+dataset=mq2008", f"dataset.path={MQ2008}", "trials=1", f"sim.sessions={SESSIONS}",
+                   "sim.n_updates=2", "experiment.tune=false", "~algorithms.bm25", "~algorithms.random_k",
+                   "~algorithms.ebrank_wo_explore", "~algorithms.ebrank_only_prior", "~algorithms.ebrank_only_behav",
+                   compile_cache=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    trial = json.loads((tmp_path / "out" / "results.json").read_text())["algorithms"]["ebrank"]["trials"][0]
+    api = readme_snippet(str(MQ2008), SESSIONS)["ebrank"]
+    for metric in ("cum_ndcg", "warm_ndcg", "cold_ndcg"):
+        assert api[metric] == pytest.approx(trial[metric], rel=1e-6, abs=1e-7), metric
+
+
+@needs_mq2008
+def test_load_dataset_by_name_equals_the_cli_dataset():
+    from ltrjax.data.registry import load_dataset
+    from ltrjax.schema import validate
+
+    with hydra_compose("+dataset=mq2008", f"dataset.path={MQ2008}") as cfg:
+        cli = load_dataset(validate(cfg, (), cwd=None).dataset)
+    api = ltrjax.load_dataset("mq2008", path=str(MQ2008))
+    for field in ("features", "labels", "query_offsets", "qids", "split", "feature_ids"):
+        np.testing.assert_array_equal(getattr(api, field), getattr(cli, field), err_msg=field)
+    assert (api.bm25_column, api.y_max) == (cli.bm25_column, cli.y_max) and api.bm25_column >= 0
+    assert api.preprocess_report == cli.preprocess_report
+
+
+def test_every_shipped_dataset_name_resolves_as_the_cli_does(tmp_path, monkeypatch):
+    from ltrjax.data.registry import dataset_settings
+    from ltrjax.schema import validate
+
+    monkeypatch.chdir(tmp_path)
+    names = ltrjax.shipped_datasets()
+    assert {"mq2008", "synthetic", "mslr10k", "yahoo"} <= set(names)
+    for name in names:
+        with hydra_compose(f"+dataset={name}", "dataset.min_docs=3") as cfg:
+            cli = dict(validate(cfg, (), cwd=tmp_path).dataset)
+        assert dataset_settings(name, min_docs=3) == cli, name
+    qs = ltrjax.load_dataset("synthetic", n_queries=60)
+    with hydra_compose("+dataset=synthetic", "dataset.n_queries=60") as cfg:
+        from ltrjax.data.registry import load_dataset
+
+        cli = load_dataset(validate(cfg, (), cwd=tmp_path).dataset)
+    np.testing.assert_array_equal(qs.features, cli.features)
+    np.testing.assert_array_equal(qs.labels, cli.labels)
+
+
+def test_protocol_defaults_equal_the_cli():
+    """``SimConfig()`` and the snippet's click model are the command line's defaults."""
+    from omegaconf import OmegaConf
+
+    with hydra_compose() as cfg:
+        assert SimConfig.from_mapping(OmegaConf.to_container(cfg.sim, resolve=True)) == SimConfig()
+        cli_clicks = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), 5)
+    snippet = make_click_model({"kind": "pbm", "examination": "log2"}, 5)
+    a, b = jax.tree_util.tree_flatten(cli_clicks), jax.tree_util.tree_flatten(snippet)
+    assert a[1] == b[1]
+    for x, y in zip(a[0], b[0]):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_compare_online_refuses_a_policy_that_cannot_run_before_any_simulation():
+    qs = toy_queryset(n_queries=12, n_features=4, docs=(6, 10), seed=0)
+    ran = []
+
+    def broken(data):
+        raise ValueError("needs 99 features")
+
+    class Counting(RandomK):
+        def init(self, key, data):
+            ran.append(self.name)
+            return super().init(key, data)
+
+    click_model = make_click_model({"kind": "pbm", "examination": "log2"}, 5)
+    with pytest.raises(ValueError, match="policy 'broken' cannot run on dataset .*needs 99 features"):
+        ltrjax.compare_online(qs, {"first": Counting, "broken": broken}, click_model=click_model,
+                              sim=SimConfig(sessions=50, n_updates=1, warmup_sessions_per_query=0))
+    assert len(ran) == 1, ran  # built and initialised once by the check; never simulated
+    from ltrjax.constraints import ConfigError
+
+    with pytest.raises(ConfigError, match="sim.top_k = 11: expected at most 10"):
+        ltrjax.compare_online(qs, {"r": RandomK}, click_model=make_click_model({"kind": "pbm"}, 11),
+                              sim=SimConfig(top_k=11, sessions=50))
+
+
+import contextlib  # noqa: E402
+
+
+@contextlib.contextmanager
+def hydra_compose(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    from ltrjax.schema import conf_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        yield compose(config_name="config", overrides=list(overrides))

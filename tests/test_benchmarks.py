@@ -167,7 +167,7 @@ def test_compare_runs_smoke(capsys):
     pytest.param(("oracle_features", "mlp"), marks=pytest.mark.slow),  # thin wrappers of compare(): ~30 s more
 ])
 def test_fidelity_probes_smoke(tmp_path, capsys, probes):
-    """experiments/fidelity_probes.py (the issue-11 probes behind README "Offline fidelity") at toy size."""
+    """experiments/fidelity_probes.py (the issue-11 probes behind docs/fidelity.md) at toy size."""
     returned, _ = run_main("experiments/fidelity_probes.py", ["--smoke", str(tmp_path), *probes], capsys)
     assert set(returned) == set(probes)
     for name, res in returned.items():

@@ -4,7 +4,7 @@ Fast tests (run by default, marker ``fidelity``): the click models are what they
 statistics and recovery measures behave, the experiment script's ``--smoke`` run writes its files.
 Long tests (``fidelity`` and ``slow``; ``pytest -m fidelity``): the paired comparisons over 5 seeds of
 ``ltrjax.offline.fidelity.vector_eh_checks`` (about 25 minutes on one CPU core). Each asserts the
-verdict measured when they were written (README "Offline fidelity"); a claim of the issue that was
+verdict measured when they were written (docs/fidelity.md); a claim of the issue that was
 measured not to hold is an ``xfail(strict=True)``, which fails the run if the claim starts to hold.
 """
 
@@ -122,7 +122,7 @@ def test_vectorization_selects_from_the_end_of_the_freeze():
 
 
 def test_per_position_linear_click_functions_rank_differently_d3():
-    """The cause of Vectorization's loss on d = 3 vector-EH clicks with linear rankers (README 'Offline fidelity'),
+    """The cause of Vectorization's loss on d = 3 vector-EH clicks with linear rankers (docs/fidelity.md),
     measured on the population (Bayes posterior of basis_queryset(noise=1.0), no training): the true click rate
     P(click | x, k) ranks documents as well as E[gain | x] at every position (Eq. 4 holds in feature space), and
     log P(click | x, k) has rank 3 to within .02 in click rate (the softmax link is not the limit), but its best
@@ -215,7 +215,7 @@ def _claim(checks, setting, text):
     return c
 
 
-NOT_HOLD = "measured not to hold (README 'Offline fidelity'); strict: fails if it starts to hold"
+NOT_HOLD = "measured not to hold (docs/fidelity.md); strict: fails if it starts to hold"
 
 
 @pytest.mark.slow
@@ -275,7 +275,7 @@ def test_vectorization_matches_affine_on_trust_bias_clicks(checks):
 
 
 # --------------------------------------------------------------------------- long: the confounded bed
-# Issue 11's acceptance bed (README "Offline fidelity"): MLP rankers, features that carry r(y) (noise 0.35), logging
+# Issue 11's acceptance bed (docs/fidelity.md): MLP rankers, features that carry r(y) (noise 0.35), logging
 # that also promotes a feature the labels and clicks ignore, d = 3's "anything but junk" weight 0.3; 10 seeds
 # (100-109, fresh: the bed was chosen on seeds 0-1 and 10-14), 600 queries. About 17 minutes on one core.
 CONFOUNDED_SEEDS = list(range(100, 110))

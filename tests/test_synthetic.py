@@ -124,7 +124,7 @@ def _r2(x, y):
 
 
 def test_nonlinear_relevance_is_an_interaction_no_linear_ranker_sees():
-    """``nonlinear`` = lambda puts lambda of the relevance variance into a*b (README "Offline fidelity"): labels
+    """``nonlinear`` = lambda puts lambda of the relevance variance into a*b (docs/fidelity.md): labels
     are then far better explained once the product of the interaction features is a feature, and no better with
     lambda = 0 (whose data is exactly the default's: the extra draws come from a stream of their own)."""
     params = {"preset": "synthetic_mq2008", "n_queries": 400}

@@ -61,3 +61,21 @@ def _rebuild_not_found(dataset, path, reason, layout, path_env, published) -> Da
     return DatasetNotFoundError(
         dataset, path, reason=reason, layout=layout, path_env=path_env, published=published
     )
+
+
+class DataCheckError(DataFormatError):
+    """Data that parses but cannot be used as configured (a split without a relevant document, no query
+    long enough, a truncated compressed file, ...); ``str(e)`` is one paragraph naming ``where`` (a file
+    or ``dataset NAME, split S``), what is wrong with the counts, and what to change.
+
+    A subclass of ``DataFormatError`` so that every caller that reports bad data (``python -m ltrjax.run``
+    exits 2 with the message) reports these too; ``line`` is 0 (no one line is at fault).
+    """
+
+    def __init__(self, where: str, problem: str, hint: str = "") -> None:
+        self.where, self.problem, self.hint = str(where), problem, hint
+        ValueError.__init__(self, f"{self.where}: {problem}" + (f"; {hint}" if hint else ""))
+        self.path, self.line, self.expected, self.got = self.where, 0, problem, ""
+
+    def __reduce__(self):
+        return (type(self), (self.where, self.problem, self.hint))

@@ -94,14 +94,18 @@ def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
 
 
 def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_tolerance: float = 0.25,
-                   single_bucket_cells: int = 200_000) -> PaddedDataset:
+                   single_bucket_cells: int = 200_000, min_width: int = 1) -> PaddedDataset:
     """Split a ``QuerySet`` into padded buckets of queries of similar size.
 
     A dataset whose one-bucket layout has at most ``single_bucket_cells`` [query, doc] cells stays
-    one bucket: there padding costs less than compiling another bucket's programs.
+    one bucket: there padding costs less than compiling another bucket's programs. Every bucket is at
+    least ``min_width`` wide (the simulator's ``top_k``: a ranking of K slots needs K columns).
     """
     sizes = np.diff(qs.query_offsets).astype(np.int64)
+    if sizes.size == 0:
+        raise ValueError(f"dataset {qs.name!r} has no query to lay out")
     widths = bucket_widths(sizes, n_buckets, multiple, merge_tolerance)
+    widths = np.unique(np.maximum(widths, -(-int(min_width) // multiple) * multiple))
     if len(sizes) * widths[-1] <= single_bucket_cells:
         widths = widths[-1:]
     bucket_of_query = np.searchsorted(widths, sizes, side="left").astype(np.int32)

@@ -17,20 +17,23 @@ import math
 import os
 import re
 import warnings
+import zlib
 from typing import BinaryIO, Iterator
 
 import numpy as np
 
 from .cache import cache_key, cache_root, file_digest, load_arrays, save_arrays
-from .errors import DataFormatError
+from .errors import DataCheckError, DataFormatError
 from .queryset import offsets_from_counts
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: float32 range checked, merged queries counted
 CHUNK_BYTES = 64 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_INFERRED_FEATURES = 100_000  # widest dense matrix built without an explicit n_features
 EXPECTED_DATA = "at least one line 'label qid:<id> <index>:<value> ...'"
-_ARRAY_NAMES = ("features", "labels", "qids", "query_offsets")
+_ARRAY_NAMES = ("features", "labels", "qids", "query_offsets", "queries_merged")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_CORRUPT_STREAM = (EOFError, gzip.BadGzipFile, zlib.error)  # a truncated or damaged gzip file
 _COMMENT = re.compile(rb"#[^\n]*")
 _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _MAX_EXACT_INT = 2.0**53
@@ -48,6 +51,7 @@ class LetorFile:
     qids: np.ndarray  # int64 [Q]
     query_offsets: np.ndarray  # int64 [Q+1]
     path: str
+    queries_merged: int = 0  # queries whose lines were not contiguous in the file (grouped into one query)
 
     @property
     def n_queries(self) -> int:
@@ -85,7 +89,7 @@ def read_letor(
     )
     arrays = load_arrays(root, "letor", key, _ARRAY_NAMES)
     if arrays is not None:
-        return LetorFile(**arrays, path=path)
+        return LetorFile(**{**arrays, "queries_merged": int(arrays["queries_merged"])}, path=path)
     parsed = _parse_file(path, n_features, y_max)
     try:
         save_arrays(root, "letor", key, {name: getattr(parsed, name) for name in _ARRAY_NAMES})
@@ -104,7 +108,10 @@ def parse_letor_bytes(
 ) -> LetorFile:
     """Parse LETOR text (plain or gzip-compressed) held in memory; ``path`` names it in errors."""
     if data[:2] == GZIP_MAGIC:
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except _CORRUPT_STREAM as err:
+            raise _corrupt(path, len(data), err) from None
     return _parse_chunks(_split_whole_lines(io.BytesIO(data), chunk_bytes), path, n_features, y_max)
 
 
@@ -128,8 +135,16 @@ def open_maybe_gzip(path: str | os.PathLike) -> contextlib.AbstractContextManage
 
 
 def _parse_file(path: str, n_features: int | None, y_max: int | None) -> LetorFile:
-    with open_maybe_gzip(path) as stream:
-        return _parse_chunks(_split_whole_lines(stream, CHUNK_BYTES), path, n_features, y_max)
+    try:
+        with open_maybe_gzip(path) as stream:
+            return _parse_chunks(_split_whole_lines(stream, CHUNK_BYTES), path, n_features, y_max)
+    except _CORRUPT_STREAM as err:
+        raise _corrupt(path, os.path.getsize(path), err) from None
+
+
+def _corrupt(path: str, size: int, err: Exception) -> DataCheckError:
+    return DataCheckError(path, f"the gzip-compressed file ({size} bytes) is truncated or corrupt ({err})",
+                          f"check it with `gzip -t {path}` and download or unpack it again")
 
 
 def _split_whole_lines(stream: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
@@ -268,7 +283,7 @@ def _values_ok(labels, qids, index_of, value_of, n_features, y_max) -> bool:
         and (index_of == np.floor(index_of)).all()
         and (index_of >= 1).all()
         and (index_of <= index_max).all()
-        and np.isfinite(value_of).all()
+        and (np.abs(value_of) <= FLOAT32_MAX).all()  # also false for inf and nan
     )
 
 
@@ -370,6 +385,11 @@ def _parse_pair(token: bytes, path: str, line: int, n_features: int | None) -> t
         raise DataFormatError(
             path, line, f"a finite number as the value of feature {index}", _text(value_text)
         )
+    if abs(value) > FLOAT32_MAX:  # features are stored as float32: it would become inf
+        raise DataFormatError(
+            path, line, f"a value of feature {index} within float32 range (|v| <= {FLOAT32_MAX:.4g})",
+            _text(value_text),
+        )
     return index, value
 
 
@@ -422,4 +442,13 @@ def _group_by_query(parts: list[_Rows], path: str, n_features: int | None) -> Le
         qids=unique[appearance].astype(np.int64),
         query_offsets=offsets_from_counts(counts),
         path=path,
+        queries_merged=_queries_merged(row_qids),
     )
+
+
+def _queries_merged(row_qids: np.ndarray) -> int:
+    """How many queries have their lines in more than one contiguous block of the file."""
+    block_start = np.ones(row_qids.size, dtype=bool)
+    np.not_equal(row_qids[1:], row_qids[:-1], out=block_start[1:])
+    _, blocks = np.unique(row_qids[block_start], return_counts=True)
+    return int(np.count_nonzero(blocks > 1))

@@ -10,6 +10,55 @@ import numpy as np
 from .queryset import SPLIT_NAMES, TEST, TRAIN, QuerySet, offsets_from_counts
 
 NORMALIZATIONS = ("query_minmax", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessReport:
+    """What reading and preprocessing changed (``QuerySet.preprocess_report``; results.json records
+    ``as_dict()``): queries dropped, purged or merged and features dropped, with counts per split."""
+
+    queries_read: dict[str, int]  # per split
+    longest_query: int  # the most documents of any query read
+    min_docs: int
+    queries_dropped_min_docs: dict[str, int]  # per split: queries with <= min_docs documents
+    test_queries_purged: int  # test queries without a relevant document
+    queries_merged: int = 0  # queries whose lines were not contiguous in their file (grouped into one)
+    features_read: int = 0
+    features_dropped_config: tuple[int, ...] = ()  # original 1-based ids
+    features_dropped_constant: tuple[int, ...] = ()  # constant within every kept training query
+
+    @property
+    def queries_dropped(self) -> int:
+        return sum(self.queries_dropped_min_docs.values()) + self.test_queries_purged
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "features_dropped_config": list(self.features_dropped_config),
+                "features_dropped_constant": list(self.features_dropped_constant)}
+
+    def summary(self) -> str | None:
+        """One line of what changed (None when nothing did), for a WARNING."""
+        parts = []
+        dropped = self.queries_dropped_min_docs
+        if sum(dropped.values()):
+            per = ", ".join(f"{s} {n}" for s, n in dropped.items() if n)
+            parts.append(f"dropped {sum(dropped.values())} of {sum(self.queries_read.values())} queries with "
+                         f"<= {self.min_docs} documents (dataset.min_docs; {per})")
+        if self.test_queries_purged:
+            parts.append(f"purged {self.test_queries_purged} test queries without a relevant document "
+                         "(dataset.purge_test_without_relevant)")
+        if self.queries_merged:
+            parts.append(f"merged the lines of {self.queries_merged} queries whose lines were not contiguous "
+                         "in their file")
+        if self.features_dropped_constant:
+            parts.append(f"dropped {len(self.features_dropped_constant)} of {self.features_read} features as constant "
+                         f"in every training query (ids {_ids(self.features_dropped_constant)}; "
+                         "dataset.drop_constant_features)")
+        return "; ".join(parts) or None
+
+
+def _ids(ids) -> str:
+    ids = list(ids)
+    return ", ".join(map(str, ids[:12])) + (f", ... ({len(ids)} in all)" if len(ids) > 12 else "")
 _BLOCK_ROWS = 1 << 14  # rows per block when writing the output array
 _REDUCE_ROWS = 1 << 10  # rows per block of the per-query reductions
 
@@ -28,7 +77,8 @@ def preprocess(
     Queries with ``<= min_docs`` documents are removed from every split; test queries whose
     labels are all 0 are purged; configured feature ids (1-based, original) are dropped, and
     so are features constant within every kept training query; the BM25 column is remapped
-    (-1 if it was dropped). The input is not modified.
+    (-1 if it was dropped). The counts also go to ``preprocess_report`` (``PreprocessReport``).
+    The input is not modified.
     """
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
@@ -80,8 +130,20 @@ def preprocess(
         min_docs=int(min_docs),
         normalize=normalize,
     )
+    report = PreprocessReport(
+        queries_read=info["queries_read"],
+        longest_query=int(counts.max(initial=0)),
+        min_docs=int(min_docs),
+        queries_dropped_min_docs=info["queries_dropped_min_docs"],
+        test_queries_purged=info["test_queries_purged"],
+        queries_merged=int(info.get("queries_merged", 0)),  # the reader's count (``registry``), if any
+        features_read=qs.n_features,
+        features_dropped_config=tuple(info["features_dropped_config"]),
+        features_dropped_constant=tuple(info["features_dropped_constant"]),
+    )
     return dataclasses.replace(
         qs,
+        preprocess_report=report,
         features=features,
         labels=qs.labels[keep_doc],
         query_offsets=offsets_from_counts(counts[keep_query]),

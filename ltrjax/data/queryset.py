@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .preprocess import PreprocessReport
 
 SPLIT_NAMES = ("train", "vali", "test")
 TRAIN, VALI, TEST = 0, 1, 2
@@ -26,6 +29,8 @@ class QuerySet:
     bm25_column: int  # 0-based column of the BM25 feature, -1 if none
     feature_ids: np.ndarray  # int32 [F] original 1-based ids of the columns
     info: dict = dataclasses.field(default_factory=dict)
+    # what reading and preprocessing dropped or merged (None before ``preprocess``)
+    preprocess_report: "PreprocessReport | None" = None
 
     def __post_init__(self) -> None:
         n_docs, n_feat = self.features.shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import pathlib
 from typing import Annotated, Any, Mapping
@@ -11,11 +12,14 @@ import numpy as np
 
 from ltrjax.constraints import ConfigError, NonNegativeInt, OneOf, PositiveInt, check_fields, unknown_key
 
+from .checks import check_queryset
 from .errors import DatasetNotFoundError
 from .letor import LetorFile, read_letor
 from .preprocess import NORMALIZATIONS, preprocess
 from .queryset import SPLIT_NAMES, QuerySet, offsets_from_counts, random_split
 from .synthetic import SyntheticParams, generate_synthetic, synthetic_params
+
+log = logging.getLogger("ltrjax")
 
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
@@ -62,20 +66,29 @@ GENERIC_LAYOUT = (
 )
 
 
-def load_dataset(cfg: Mapping, *, seed: int = 0, cache_dir: str | None = None) -> QuerySet:
-    """Read or generate the dataset a config describes and preprocess it.
+def load_dataset(cfg: Mapping | str, *, seed: int = 0, cache_dir: str | None = None, **overrides) -> QuerySet:
+    """Read or generate the dataset a config describes, preprocess and check it.
 
-    ``seed`` drives synthetic generation and the 60/20/20 split of single-file and synthetic
-    data. Raises DatasetNotFoundError when the files are missing.
+    ``cfg`` is a shipped dataset name (``"mq2008"``: ``conf/dataset/mq2008.yaml`` with ``overrides`` such as
+    ``path=...`` or ``n_queries=...``, checked as ``python -m ltrjax.run +dataset=mq2008 dataset.KEY=...``
+    checks them, so the data equals the command line's) or a dataset mapping (defaults for missing keys:
+    ``DatasetConfig``'s). ``seed`` drives synthetic generation and the 60/20/20 split of single-file and
+    synthetic data (the command line passes its ``seed``). What preprocessing dropped or merged is logged as
+    a WARNING and kept in ``preprocess_report``. Raises DatasetNotFoundError when the files are missing,
+    ConfigError for a bad setting, DataFormatError (DataCheckError) for data that cannot be used.
     """
+    if isinstance(cfg, str):
+        cfg = dataset_settings(cfg, **overrides)
+    elif overrides:
+        cfg = {**dict(cfg), **overrides}
     c = dataset_config(cfg)
     if c["kind"] == "synthetic":
         raw = _generate(c, seed)
     elif c["kind"] == "letor":
         raw = _read_letor_dataset(c, seed, cache_dir)
     else:
-        raise ValueError(f"dataset kind must be 'letor' or 'synthetic', got {c['kind']!r}")
-    return preprocess(
+        raise ConfigError("dataset.kind", c["kind"], "expected letor or synthetic")
+    qs = preprocess(
         raw,
         normalize=c["normalize"],
         drop_features=c["drop_features"] or (),
@@ -83,6 +96,37 @@ def load_dataset(cfg: Mapping, *, seed: int = 0, cache_dir: str | None = None) -
         min_docs=int(c["min_docs"]),
         purge_test_without_relevant=bool(c["purge_test_without_relevant"]),
     )
+    summary = qs.preprocess_report.summary()
+    if summary:
+        log.warning("dataset %s: %s", qs.name, summary)
+    check_queryset(qs)
+    return qs
+
+
+def shipped_datasets() -> tuple[str, ...]:
+    """The dataset names of ``conf/dataset/*.yaml`` (``+dataset=NAME`` on the command line)."""
+    from ltrjax.schema import conf_dir
+
+    return tuple(sorted(p.stem for p in (conf_dir() / "dataset").glob("*.yaml")))
+
+
+def dataset_settings(name: str, **overrides) -> dict[str, Any]:
+    """The checked settings of shipped dataset ``name`` with ``overrides``: what ``python -m ltrjax.run
+    +dataset=NAME dataset.KEY=VALUE ...`` resolves (a relative ``path`` is taken from the working directory).
+    Raises ConfigError for an unknown name, key or value."""
+    from omegaconf import OmegaConf
+
+    from ltrjax.schema import check_dataset, conf_dir
+
+    names = shipped_datasets()
+    if name not in names:
+        raise ConfigError("dataset", name, f"expected a shipped dataset name ({', '.join(names)}) or a mapping")
+    mapping = OmegaConf.to_container(OmegaConf.load(conf_dir() / "dataset" / f"{name}.yaml"), resolve=True)
+    for key, value in overrides.items():
+        if key not in mapping:
+            raise unknown_key(f"dataset.{key}", value, mapping, f"dataset {name}")
+        mapping[key] = value
+    return check_dataset(mapping, pathlib.Path.cwd())
 
 
 def dataset_config(cfg: Mapping) -> dict[str, Any]:
@@ -198,10 +242,8 @@ def _not_found(c: dict, path, reason: str) -> DatasetNotFoundError:
 def _generate(c: dict, seed: int) -> QuerySet:
     params = synthetic_params(c)
     if c["y_max"] is not None and int(c["y_max"]) != params.y_max:
-        raise ValueError(
-            f"dataset {c['name']!r}: y_max {c['y_max']} does not match the preset's "
-            f"{len(params.label_probs)} label grades"
-        )
+        raise ConfigError("dataset.y_max", c["y_max"], f"expected {params.y_max} or null: the preset of dataset "
+                          f"{c['name']} has {len(params.label_probs)} label grades")
     return generate_synthetic(params, seed=seed)
 
 
@@ -223,7 +265,8 @@ def _read_letor_dataset(c: dict, seed: int, cache_dir: str | None) -> QuerySet:
     n_features = whole.features.shape[1]
     bm25 = c["bm25_feature"]
     if bm25 is not None and not 1 <= int(bm25) <= n_features:
-        raise ValueError(f"dataset {c['name']!r}: bm25_feature {bm25} outside 1..{n_features}")
+        raise ConfigError("dataset.bm25_feature", bm25, f"expected a feature id in 1..{n_features} (the files of "
+                          f"dataset {c['name']} have {n_features} features)")
     y_max = int(c["y_max"]) if c["y_max"] is not None else int(whole.labels.max(initial=0))
     return QuerySet(
         name=c["name"],
@@ -239,6 +282,7 @@ def _read_letor_dataset(c: dict, seed: int, cache_dir: str | None) -> QuerySet:
             "source": str(path),
             "files": {s: str(f) for s, f in files.items()},
             "split_by": split_by,
+            "queries_merged": sum(p.queries_merged for p in parsed.values()),
         },
     )
 
