@@ -34,12 +34,13 @@ import numpy as np
 from ltrjax.clicks import make_click_model
 from ltrjax.offline import experiment as E
 from ltrjax.offline import fidelity as F
-from ltrjax.offline.estimators import ClickBatch, Estimator, make_estimator, options_from_flat
+from ltrjax.offline.config import override
+from ltrjax.offline.estimator_api import estimator_option_defaults
+from ltrjax.offline.estimators import ClickBatch, Estimator
 from ltrjax.offline.evaluate import make_evaluator, make_validator
-from ltrjax.offline.experiment import _merge
 from ltrjax.offline.logging import log_click_stats
 from ltrjax.offline.rankers import make_scorer
-from ltrjax.offline.train import TrainConfig, fit
+from ltrjax.offline.train import fit
 
 NOISE = 1.0  # as the checks (tests/test_fidelity.py `checks`)
 
@@ -60,19 +61,18 @@ class Sizes:
 SMOKE = Sizes(queries=40, sessions=2_000, seeds=1, epochs=4, every=2, vec_steps=(2, 2), scalar=("dla",))
 
 
-def sized(cfg: dict, size: Sizes) -> dict:
+def sized(cfg, size: Sizes):
     """An experiment config at ``size`` (Vectorization's schedule shortened for the smoke size)."""
     if size.vec_steps is None:
         return cfg
     freeze, joint = size.vec_steps
-    return _merge(cfg, {"estimator_options": {"vec_freeze": freeze, "vec_joint_steps": joint},
-                        "train": {"max_epochs": size.epochs}})
+    return override(cfg, {"estimator_options": {"vectorization": {"freeze": freeze, "joint_steps": joint}},
+                          "train": {"max_epochs": size.epochs}})
 
 
 def vec_diag(trial, exp, fr) -> dict:
-    d = int(exp["estimator_options"]["vec_dim"])
-    scorer = make_scorer(exp["ranker"], d, tuple(exp["hidden"]))
     o = np.asarray(fr.params["observation"])
+    scorer = make_scorer(exp.ranker, int(o.shape[1]), tuple(exp.hidden))
 
     def ndcg(b):
         b = jnp.asarray(b, jnp.float32)
@@ -95,7 +95,7 @@ def vec_diag(trial, exp, fr) -> dict:
 
 
 def compare(qs, cfg, seeds, estimators) -> dict:
-    exp = E.experiment_config({**cfg, "estimators": list(estimators)})
+    exp = override(cfg, {"estimators": list(estimators)})
     out = {e: [] for e in estimators}
     for s in seeds:
         trial = E.prepare_trial(qs, exp, int(s))
@@ -119,21 +119,20 @@ def convergence(size: Sizes, n_seeds=5) -> dict:
     names = ("vectorization", *size.scalar, "labeled")
     qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
     cfg = sized(F.vector_eh_config(F.vector_eh(3), size.sessions), size)
-    exp = E.experiment_config({**cfg, "estimators": list(names)})
+    exp = override(cfg, {"estimators": list(names)})
     out = {n: {"final": [], "selected": [], "selected_epoch": []} for n in names}
     for s in seeds:
         trial = E.prepare_trial(qs, exp, int(s))
         key = jax.random.fold_in(jax.random.PRNGKey(trial.seed), 7)
         logged = trial.logged.replace(relevance=jnp.where(
             trial.logged.mask, E.click_relevance(trial.logged.labels, exp, trial.y_max), 0.0))
-        stats = log_click_stats(jax.random.fold_in(key, 2), make_click_model(exp["click_model"], 10), logged,
-                                int(exp["n_sessions"]), chunk=int(exp["logging_chunk"]))
+        stats = log_click_stats(jax.random.fold_in(key, 2), make_click_model(exp.click_model.mapping(), 10), logged,
+                                int(exp.n_sessions), chunk=exp.logging_chunk)
         data = ClickBatch(features=logged.features, mask=logged.mask, n_sessions=stats.n_sessions,
                           clicks=stats.clicks, pairs=stats.pairs, pairs_lambda=stats.pairs_lambda)
         props = E.estimator_propensities(exp, logged, trial.y_max)
         for n in names:
-            est = make_estimator(n, ranker=exp["ranker"], hidden=tuple(exp["hidden"]),
-                                 **options_from_flat(n, exp["estimator_options"], exp["ranker"]))
+            est = E.make_named_estimator(exp, n)
             est = dataclasses.replace(est, min_steps=0, select_from=None)
             val, ev, rec = make_validator(est, trial.vali), make_evaluator(est, trial.test), []
 
@@ -141,14 +140,14 @@ def convergence(size: Sizes, n_seeds=5) -> dict:
                 rec.append((val(params, state), ev(params, state)["ndcg@10"]))
                 return rec[-1][0]
 
-            cfg = TrainConfig.from_mapping({**exp["train"], "max_epochs": epochs, "patience": 10**9,
-                                            "eval_every": every})
+            cfg = dataclasses.replace(exp.train, max_epochs=epochs, patience=10**9, eval_every=every, max_steps=None)
             fit(est, trial.labeled_train if n == "labeled" else data, jax.random.fold_in(key, 100), trial.n_features,
                 cfg, validate=validate, props=props)
             v = np.asarray(rec)
             # Vectorization's checkpoints before the end of its freeze score an untrained base model: not selectable
-            n_batches = -(-int(data.features.shape[0]) // int(exp["train"]["batch_size"]))
-            freeze_epochs = -(-int(exp["estimator_options"]["vec_freeze"]) // n_batches)
+            n_batches = -(-int(data.features.shape[0]) // int(exp.train.batch_size))
+            freeze = {**estimator_option_defaults("vectorization"), **exp.options_for("vectorization")}["freeze"]
+            freeze_epochs = -(-int(freeze) // n_batches)
             start = -(-freeze_epochs // every) if n == "vectorization" else 0
             best = start + int(np.argmax(v[start:, 0]))
             out[n]["final"].append(float(v[-1, 1]))
@@ -194,8 +193,8 @@ def oracle_o(size: Sizes, n_seeds=4) -> dict:
     u, s, vt = np.linalg.svd(np.log(model.matrix), full_matrices=False)
     o = vt[:3].T * np.sqrt(s[:3])
     qs = F.basis_queryset(n_queries=size.queries, noise=NOISE)
-    cfg = _merge(sized(F.vector_eh_config(model, size.sessions), size),
-                 {"estimator_options": {"vec_observation_init": o.tolist(), "vec_train_observation": False}})
+    cfg = override(sized(F.vector_eh_config(model, size.sessions), size),
+                   {"estimator_options": {"vectorization": {"observation_init": o.tolist(), "train_observation": False}}})
     return {**compare(qs, cfg, seeds, ("vectorization",)), "observation": o.tolist(),
             "max_click_rate_error_rank3": float(np.abs(np.exp((u[:, :3] * s[:3]) @ vt[:3]) - model.matrix).max())}
 

@@ -4,12 +4,13 @@
     python experiments/offline_sweeps.py --sweep dim_tiangong --dataset synthetic_mslr10k dataset.n_queries=3000
 
 Sweeps (x values overridable with --values):
-  clicks     experiment.n_sessions   (PRS Fig. 3; x axis also reported as logged clicks)
-  eta        click_model.eta         (PRS Fig. 4; position-bias severity, n_sessions fixed)
+  clicks     experiment.n_clicks     (PRS Fig. 3; whole candidate lists; also reported as clicks per query)
+  eta        click_model.eta         (PRS Fig. 4; position-bias severity, n_clicks fixed)
   noise      click_model.noise       (PRS Fig. 5; mu)
   misspec    assumed_eta             (PRS Fig. 6; true eta = 1)
-  dim_tiangong / dim_trust           estimator_options.vec_dim (Vectorization Fig. 4) with the
-             TianGong-ST matrix / graded trust bias; scalar estimators are run once as references.
+  dim_tiangong / dim_trust           estimator_options.vectorization.dim (Vectorization Fig. 4) with the
+             TianGong-ST matrix / graded trust bias on the production top-10 (5-grade data only); the scalar
+             estimators (Affine learned, affine_oracle as a labelled upper reference) run once as references.
 Each trial is prepared once (production ranker, logged lists) and reused across the x values.
 Writes <out>/<sweep>.json, <sweep>.md and <sweep>.png after every x value.
 
@@ -32,29 +33,34 @@ from offline_table import ROOT, SMOKE, SMOKE_DATASET, compose  # noqa: E402
 
 PRS_ESTIMATORS = ["naive", "ips", "pns", "prs", "prs_lambda", "production"]
 SWEEPS = {
-    "clicks": {"key": "n_sessions", "values": [4096, 16384, 65536, 262144, 1048576], "estimators": PRS_ESTIMATORS},
+    "clicks": {"key": "n_clicks", "values": [8000, 32000, 128000, 512000], "estimators": PRS_ESTIMATORS},
     "eta": {"key": "click_model.eta", "values": [0.0, 0.5, 1.0, 1.5, 2.0], "estimators": PRS_ESTIMATORS},
     "noise": {"key": "click_model.noise", "values": [0.0, 0.1, 0.2, 0.3, 0.4], "estimators": PRS_ESTIMATORS},
     "misspec": {"key": "assumed_eta", "values": [0.0, 0.5, 1.0, 1.5, 2.0], "estimators": PRS_ESTIMATORS},
-    "dim_tiangong": {"key": "estimator_options.vec_dim", "values": [1, 2, 3, 4, 5], "estimators": ["vectorization"],
-                     "references": ["naive", "ips", "dla", "regression_em", "affine", "production", "labeled"],
-                     "base": {"click_model": {"kind": "tiangong", "relevance": "vectorization"},
-                              "eval": {"binarize": False},
-                              "estimator_options": {"naive_form": "listwise", "ips_form": "listwise"}}},
-    "dim_trust": {"key": "estimator_options.vec_dim", "values": [1, 2, 3, 4, 5], "estimators": ["vectorization"],
-                  "references": ["naive", "ips", "dla", "regression_em", "affine", "production", "labeled"],
+    "dim_tiangong": {"key": "estimator_options.vectorization.dim", "values": [1, 2, 3, 4, 5],
+                     "estimators": ["vectorization"],
+                     "references": ["naive", "dla", "regression_em", "pair_debias", "affine", "affine_oracle",
+                                    "production", "labeled"],
+                     "base": {"click_model": {"kind": "tiangong", "relevance": "vectorization"}, "list_size": 10,
+                              "n_sessions": 200_000, "eval": {"binarize": False},
+                              "estimator_options": {"naive": {"form": "listwise"}}}},
+    "dim_trust": {"key": "estimator_options.vectorization.dim", "values": [1, 2, 3, 4, 5],
+                  "estimators": ["vectorization"],
+                  "references": ["naive", "dla", "regression_em", "pair_debias", "affine", "affine_oracle",
+                                 "production", "labeled"],
                   "base": {"click_model": {"kind": "trust_bias", "examination": "joachims", "eta": 1.0,
-                                           "relevance": "ebrank", "noise": 0.0},
-                           "eval": {"binarize": False},
-                           "estimator_options": {"naive_form": "listwise", "ips_form": "listwise"}}},
+                                           "relevance": "vectorization", "noise": 0.0}, "list_size": 10,
+                           "n_sessions": 200_000, "eval": {"binarize": False},
+                           "estimator_options": {"naive": {"form": "listwise"}}}},
 }
 
 
-def _set(d: dict, dotted: str, value):
-    *head, last = dotted.split(".")
-    for h in head:
-        d = d.setdefault(h, {})
-    d[last] = value
+def _nested(dotted: str, value) -> dict:
+    """{"a": {"b": value}} for "a.b"."""
+    out = value
+    for part in reversed(dotted.split(".")):
+        out = {part: out}
+    return out
 
 
 def _plot(path, sweep, table, xlabel, logx, refs=None):
@@ -160,17 +166,13 @@ def main(argv=None):
     args.dataset = args.dataset or "mq2008"
     args.trials = args.trials or 5
 
-    from ltrjax.offline.experiment import (_jsonable, enable_compilation_cache, experiment_config, load_queryset,
-                                           prepare_trial, run_setting, summarize)
+    from ltrjax.offline.config import as_mapping, override
+    from ltrjax.offline.experiment import (_jsonable, experiment_config, load_queryset, prepare_trial, run_setting,
+                                           summarize)
 
-    enable_compilation_cache()
     spec = SWEEPS[args.sweep]
     cfg = compose(args.dataset, args.overrides)
-    base = experiment_config(cfg)
-    from ltrjax.offline.experiment import _merge
-
-    base = _merge(base, spec.get("base", {}))
-    base["progress"] = False
+    base = override(experiment_config(cfg), {**spec.get("base", {}), "progress": False})
     values = [type(spec["values"][0])(v) for v in args.values.split(",")] if args.values else spec["values"]
     estimators = args.estimators.split(",") if args.estimators else spec["estimators"]
     out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_sweeps_{args.dataset}{'_smoke' if args.smoke else ''}")
@@ -178,7 +180,7 @@ def main(argv=None):
     qs = load_queryset(cfg, base)
     from tqdm import tqdm
 
-    trials = [prepare_trial(qs, base, int(base["seed"]) + t) for t in tqdm(range(args.trials), desc="prepare")]
+    trials = [prepare_trial(qs, base, int(base.seed) + t) for t in tqdm(range(args.trials), desc="prepare")]
     refs = {}
     ref_names = args.references.split(",") if args.references else spec.get("references")
     if ref_names:
@@ -186,8 +188,7 @@ def main(argv=None):
         refs = summarize(rows, ref_names)
     table, clicks = {}, {}
     for x in tqdm(values, desc=args.sweep):
-        exp = json.loads(json.dumps(base))
-        _set(exp, spec["key"], x)
+        exp = override(base, _nested(spec["key"], x))
         rows = [run_setting(tr, exp, estimators, log=lambda *_: None) for tr in trials]
         table[x] = summarize(rows, estimators)
         clicks[x] = float(np.mean([r["_logging"]["clicks"] for r in rows if "_logging" in r]))

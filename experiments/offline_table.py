@@ -7,7 +7,7 @@
 Extra ``key=value`` arguments are OmegaConf dot-list overrides of ``dataset.*`` and
 ``experiment.*`` (the same keys as ``python -m ltrjax.run experiment=offline``). Writes
 results.json / results.md into ``--out``. ``--smoke`` runs a tiny table (the synthetic dataset unless
-``--dataset`` is given, 100 queries, 20k sessions, 3 estimators, 5 epochs; seconds), for tests; overrides
+``--dataset`` is given, 100 queries, 20k sessions, 3 estimators, at most 5 epochs; seconds), for tests; overrides
 given on the command line still win.
 """
 
@@ -44,9 +44,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="a tiny run (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    from ltrjax.offline.experiment import enable_compilation_cache, run_offline
+    from ltrjax.offline.experiment import run_offline
 
-    enable_compilation_cache()
     dataset = args.dataset or (SMOKE_DATASET if args.smoke else "mq2008")
     cfg = compose(dataset, (SMOKE if args.smoke else []) + args.overrides)
     out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_{dataset}{'_smoke' if args.smoke else ''}")

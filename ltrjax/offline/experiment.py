@@ -373,14 +373,6 @@ def _jsonable(x):
     return x
 
 
-def enable_compilation_cache(path=None) -> None:
-    """Persistent XLA compilation cache (repeated runs and sweeps recompile much less)."""
-    path = path or pathlib.Path(__file__).resolve().parents[2] / ".cache" / "jax"
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
 def load_queryset(cfg, exp: OfflineConfig):
     """The dataset of ``cfg.dataset`` (registry mapping) with every query kept (``min_docs: 0``); the run's
     validated config always names one (``ltrjax.schema.validate`` fills in the synthetic default)."""
