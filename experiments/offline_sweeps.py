@@ -194,7 +194,7 @@ def main(argv=None):
         clicks[x] = float(np.mean([r["_logging"]["clicks"] for r in rows if "_logging" in r]))
         print(f"{spec['key']}={x}: " + ", ".join(f"{n} {e['ndcg@10']:.4f}" for n, e in table[x].items()), flush=True)
         (out / f"{args.sweep}.json").write_text(json.dumps(_jsonable(
-            {"sweep": args.sweep, "key": spec["key"], "dataset": qs.name, "trials": args.trials, "config": base,
+            {"sweep": args.sweep, "key": spec["key"], "dataset": qs.name, "trials": args.trials, "config": as_mapping(base),
              "table": {str(k): v for k, v in table.items()}, "references": refs, "clicks": clicks}), indent=1))
         (out / f"{args.sweep}.md").write_text(markdown(args.sweep, spec["key"], table, refs, clicks))
         _plot(out / f"{args.sweep}.png", f"{args.sweep} ({qs.name})", table, spec["key"], args.sweep == "clicks", refs)
