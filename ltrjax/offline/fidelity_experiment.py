@@ -238,6 +238,7 @@ def prs_part(qs, fx: FidelityConfig, log=print) -> dict:
     px = fx.prs
     names = list(px.estimators)
     exp0 = base_offline(fx, px.ranker, list_size=None, clicks_per_query=px.clicks_per_query,
+                        train={"max_steps": px.max_steps},
                         click_model={"kind": "pbm", "examination": "inverse", "eta": 1.0, "relevance": "binary",
                                      "noise": float(px.noise[0])})
     mu0, cpq0 = float(px.noise[0]), float(px.clicks_per_query)
@@ -527,8 +528,9 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
               "click_models": ("PRS: PBM theta_k = 1/k (eta = 1), binarized relevance with noise mu; Vectorization: "
                                + ", ".join(fx.vectorization.settings)),
               "protocol": (f"PRS: whole candidate lists (at most {fx.list_cap}), {fx.prs.clicks_per_query:g} clicks "
-                           f"per logged query; Vectorization: production top-{fx.vectorization.list_size}, "
-                           f"{fx.vectorization.n_sessions} sessions; one schedule for every estimator: {fx.train}"),
+                           f"per logged query, {fx.prs.max_steps} steps for every estimator; Vectorization: "
+                           f"production top-{fx.vectorization.list_size}, {fx.vectorization.n_sessions} sessions; "
+                           f"one schedule for every estimator of a table: {fx.train} (results.json 'training')"),
               "seed": fx.seed, "trials": fx.trials, "commit": _commit()}
     results = {"dataset": getattr(qs, "name", "?"), "header": header, "claims": [], "config": as_mapping(fx),
                "training": {}, "sizes": {"trials": int(fx.trials), "n_queries": int(qs.n_queries)}}
