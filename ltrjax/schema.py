@@ -37,8 +37,8 @@ from typing import Annotated, Any, Dict, List, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from ltrjax.clicks import EXAMINATION_CURVES, CASCADE_PRESETS, KIND_KEYS, ClickModelConfig, click_model_kinds
-from ltrjax.constraints import (Check, ConfigError, Each, NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt,
+from ltrjax.clicks import KIND_KEYS, ClickModelConfig
+from ltrjax.constraints import (ConfigError, Each, NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt,
                                 Range, check_fields, check_value, checks_of, field_checks, strict_fields,
                                 unknown_key)
 from ltrjax.data.registry import SYNTHETIC_KEYS, DatasetConfig
@@ -47,7 +47,7 @@ from ltrjax.models.train import FitConfig
 from ltrjax.offline.config import TOP_LEVEL as OFFLINE_TOP_LEVEL
 from ltrjax.offline.config import FidelityConfig, OfflineConfig
 from ltrjax.offline.train import TrainConfig
-from ltrjax.online.simulator import RELEVANCE_MAPPINGS, SimConfig
+from ltrjax.online.simulator import SimConfig
 
 log = logging.getLogger("ltrjax")
 
