@@ -6,7 +6,8 @@ Shapes (``ltrjax.data.synthetic``): long lists (LETOR-3.0-like: 45 features, lab
 query, few queries: the shape on which RegressionEM collapsed), 3 and 5 grades, few and many queries. Clicks:
 the offline experiment's PBM with binary relevance and noise .1; every estimator is told the true click model
 (oracles included) and trained with the same small budget. "Clearly below": more than ``MARGIN`` NDCG@10 below
-the production ranker on the same test queries, averaged over ``SEEDS``.
+the production ranker on the same test queries, averaged over ``SEEDS`` (single seeds differ by up to +-.08:
+RegressionEM -.05, -.08 and +.07 on the default shape).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ltrjax.offline import experiment as E
 from ltrjax.offline.estimators import ALL_ESTIMATORS
 
 MARGIN = 0.05
-SEEDS = (0,)
+SEEDS = (0, 1, 2)  # a production ranker trained on ~5 queries varies a lot from seed to seed (.63-.81 NDCG@10)
 
 SHAPES = {
     # the default run: long lists, 3 grades, few queries (one minibatch per epoch)
