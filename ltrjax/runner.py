@@ -321,13 +321,20 @@ class OnlineRun:
                         break
         shared: dict = {}  # identity -> (row name, TrialResult), kept while a later row needs it
         bar = tqdm(total=sum(len(t) for t in todo.values()), desc=self.label, unit="trial",
-                   disable=not self.progress)
+                   disable=None if self.progress else True)  # None: off when stderr is not a terminal
+        policies = {}  # every row's policy, checked to fit in memory before any simulation
+        for key, trials in todo.items():
+            if trials:
+                acfg = self.algorithms[key]
+                policies[key] = make_policy(result_name(key, acfg), acfg, self.sim.data, self.cfg.get("fit_overrides"),
+                                            key)[0]
+                self.sim.check_fits(policies[key])
         for key, trials in todo.items():
             if not trials:
                 continue
             acfg = self.algorithms[key]
             name = result_name(key, acfg)
-            policy, _ = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
+            policy = policies.pop(key)
             grid, ids = plan[key]
             reused = [t for t in trials if all(m in shared for m in ids[t])]
             simulate = [t for t in trials if t not in reused]
