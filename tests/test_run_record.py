@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -178,6 +179,26 @@ def test_two_runs_into_one_folder_one_is_refused_naming_the_pid(tmp_path):
             first.kill()
     assert set(json.loads((out / "results.json").read_text())["algorithms"]) == {"random_k"}
     assert not (out / record.LOCK_PID).exists()  # released: a later run may write again
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    proc = cli(out, *TINY, "trials=1", popen=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / record.LOCK_PID).exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never took the lock"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert f"interrupted; the finished trials are kept in {out}: rerun the same command with hydra.run.dir={out} " \
+           "to resume" in err
+    assert "interrupted" in (out / "run.log").read_text()
 
 
 def test_lock_is_released_and_taken_in_process(tmp_path):
