@@ -52,9 +52,9 @@ def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
             return
         record.check_rows(out_dir, kind, {key: row_settings(cfg, key) for key in cfg.algorithms})
     elif kind == "offline_fidelity":
-        from ltrjax.offline.fidelity_experiment import fidelity_config
+        from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES, fidelity_config
 
-        record.check_experiment(out_dir, kind, fidelity_config(cfg), FIDELITY_RESUME_IGNORES)
+        record.check_experiment(out_dir, kind, fidelity_config(cfg), FIDELITY_IGNORES)
     else:
         from ltrjax.offline.experiment import RESUME_IGNORES, experiment_config
 
@@ -64,9 +64,6 @@ def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
             diffs = record.differences({"dataset": saved}, {"dataset": OmegaConf.to_container(cfg.dataset)})
             if diffs:
                 raise record.refusal(out_dir / record.RESULTS, "the results of an experiment", diffs)
-
-
-FIDELITY_RESUME_IGNORES = ("progress",)  # a rerun recomputes every part: only what it reports may differ
 
 
 def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | None = None, on_accepted=None):

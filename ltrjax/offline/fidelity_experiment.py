@@ -273,13 +273,16 @@ def plot(results: dict, out_dir: pathlib.Path) -> None:
         fig.savefig(out_dir / "prs_sweeps.png", dpi=120)
 
 
+RESUME_IGNORES = ("trials", "progress")  # a rerun recomputes every part; other settings are refused (ltrjax.report.record)
+
+
 def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     """Run every part named in the config on the run's dataset; write results.json / results.md / figures."""
     fx = fidelity_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else E.load_queryset(cfg, E.experiment_config({"seed": fx["seed"]}))
-    check_experiment(out_dir, "offline_fidelity", E._jsonable(fx), ("progress",), getattr(qs, "name", "?"))
+    check_experiment(out_dir, "offline_fidelity", E._jsonable(fx), RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     results = {"dataset": getattr(qs, "name", "?"), "claims": [], "config": fx,
                "record": experiment_record("offline_fidelity", cfg),
