@@ -27,6 +27,7 @@ from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_valid
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import LoggedLists, log_click_stats, pad_positions, top_k_lists
 from ltrjax.offline.train import TrainConfig, fit
+from ltrjax.report.record import experiment_record, write_results
 from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
@@ -388,22 +389,14 @@ RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_model
 def finished_trials(out_dir: pathlib.Path, exp: dict, qs) -> tuple[list[dict], list[dict]]:
     """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
 
-    A file written for another dataset or configuration (other than the trial count) is refused.
+    A file written for another dataset or configuration (other than the trial count) is refused
+    (``ltrjax.report.record.RunFolderError``).
     """
-    path = out_dir / "results.json"
-    if not path.exists():
+    from ltrjax.report.record import check_experiment
+
+    old = check_experiment(out_dir, exp.get("kind", "offline"), _jsonable(exp), RESUME_IGNORES, getattr(qs, "name", "?"))
+    if old is None:
         return [], []
-    try:
-        old = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
-    mine = _jsonable({k: v for k, v in exp.items() if k not in RESUME_IGNORES})
-    theirs = {k: v for k, v in (old.get("config") or {}).items() if k not in RESUME_IGNORES}
-    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    if old.get("dataset") != getattr(qs, "name", "?") or differ:
-        what = f"experiment.{differ[0]} = {theirs.get(differ[0])!r}, this run has {mine.get(differ[0])!r}" if differ \
-            else f"dataset {old.get('dataset')!r}, this run has {getattr(qs, 'name', '?')!r}"
-        raise ValueError(f"{path} was written for {what}; use another output directory (hydra.run.dir=...)")
     infos = list(old.get("trials_info") or [])
     trials = [{name: entry["trials"][t] for name, entry in old["algorithms"].items() if t < len(entry["trials"])}
               for t in range(len(infos))]
@@ -469,11 +462,13 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
         results = {"algorithms": summarize(trials, exp["estimators"]), "dataset": getattr(qs, "name", "?"),
-                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos}
-        (out_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
+                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos,
+                   "record": experiment_record(exp.get("kind", "offline"), cfg)}
+        write_results(out_dir, _jsonable(results))
     if results is None:  # every trial was already there
         results = {"algorithms": summarize(trials, exp["estimators"]), "dataset": getattr(qs, "name", "?"),
-                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos}
+                   "n_queries": int(qs.n_queries), "config": exp, "trials_info": infos,
+                   "record": experiment_record(exp.get("kind", "offline"), cfg)}
     source = f"click log {exp['click_log']}" if exp.get("click_log") else f"n_sessions={exp['n_sessions']}"
     md = markdown_table(results["algorithms"], f"{results['dataset']}: {exp['click_model']} "
                         f"{source}, {len(trials)} trials")

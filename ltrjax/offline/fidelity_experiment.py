@@ -17,7 +17,6 @@ settings, so every comparison is paired over trials.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from ltrjax.offline import fidelity as F
 from ltrjax.offline import experiment as E
+from ltrjax.report.record import check_experiment, experiment_record, write_results
 
 # The papers' numbers (NDCG@10 unless noted). Vectorization Table 1 (Yahoo!, TianGong clicks, 8 runs): only the
 # NDCG@10 column is unambiguous in the paper's text (its table is garbled there); Table 2 (Yahoo!, trust bias).
@@ -273,21 +273,26 @@ def plot(results: dict, out_dir: pathlib.Path) -> None:
         fig.savefig(out_dir / "prs_sweeps.png", dpi=120)
 
 
+RESUME_IGNORES = ("trials", "progress")  # a rerun recomputes every part; other settings are refused (ltrjax.report.record)
+
+
 def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     """Run every part named in the config on the run's dataset; write results.json / results.md / figures."""
     fx = fidelity_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else E.load_queryset(cfg, E.experiment_config({"seed": fx["seed"]}))
+    check_experiment(out_dir, "offline_fidelity", E._jsonable(fx), RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     results = {"dataset": getattr(qs, "name", "?"), "claims": [], "config": fx,
+               "record": experiment_record("offline_fidelity", cfg),
                "sizes": {"trials": int(fx["trials"]), "n_sessions": int(fx["n_sessions"]),
                          "n_queries": int(qs.n_queries), "vectorization_ranker": fx["vectorization"]["ranker"],
                          "prs_ranker": (fx.get("prs") or {}).get("ranker")}}
 
     def save():
         results["seconds"] = time.perf_counter() - t0
-        (out_dir / "results.json").write_text(json.dumps(E._jsonable(results), indent=1))
+        write_results(out_dir, E._jsonable(results))
         (out_dir / "results.md").write_text(markdown(E._jsonable(results)))
 
     if fx.get("vectorization"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,8 @@ from ltrjax.online.policies.base import Policy, SessionLog, member, stack_member
 from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, padded_steps, update_points
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
                                  init_bucket_state)
+
+log = logging.getLogger("ltrjax")
 
 SPLITS = ("train", "vali", "test")
 
@@ -281,6 +284,11 @@ def physical_memory() -> int:
         return 8 << 30
 
 
+def size_text(n_bytes: float) -> str:
+    """``n_bytes`` in MiB below a GiB, else in GiB."""
+    return f"{n_bytes / (1 << 20):.1f} MiB" if n_bytes < 1 << 30 else f"{n_bytes / (1 << 30):.2f} GiB"
+
+
 def available_memory() -> int:
     """Memory the OS can still give this process (``MemAvailable`` of /proc/meminfo; elsewhere a quarter of
     the physical memory)."""
@@ -468,7 +476,9 @@ class Simulator:
         keys = list(keys)
         hypers = resolve_hypers(policy, hypers, len(keys))
         size = self.chunk_size(len(keys), max_members, policy)
+        self.announce(policy, len(keys), size)
         results = []
+        tic = time.perf_counter()
         for start in range(0, len(keys), size):
             chunk_keys, chunk_hypers = keys[start:start + size], hypers[start:start + size]
             n_real = len(chunk_keys)
@@ -476,7 +486,34 @@ class Simulator:
                 chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
                 chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
             results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs)[:n_real]
+            if start == 0 and len(keys) > size:
+                spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
+                left = spent * (len(keys) - size) / size
+                log.info("%s: first chunk of %d members in %.0f s; about %.0f s (%.1f min) left for the other %d "
+                         "members", policy.name, size, spent, left, left / 60, len(keys) - size)
         return results
+
+    def check_fits(self, policy: Policy) -> int:
+        """The estimated bytes of one member of ``policy`` (``member_bytes``); ``ConfigError`` on
+        ``population.memory_gb`` when even the smallest chunk, a single member, does not fit the memory budget."""
+        per_member = self.member_bytes(policy)
+        gib = 1 << 30
+        if per_member > self.memory_budget:
+            raise ConfigError("population.memory_gb", float(f"{self.memory_budget / gib:.3g}"),
+                              f"one member of {policy.name} needs about {per_member / (1 << 20):.1f} MiB (estimated: "
+                              f"simulator state, one segment of sessions and the policy's per-member values) and "
+                              f"the smallest chunk is one member; raise population.memory_gb (null: half the "
+                              f"available memory), or reduce the dataset or sim.sessions")
+        return per_member
+
+    def announce(self, policy: Policy, n_members: int, size: int) -> None:
+        """Log a population's plan (members, chunks, memory per member and per chunk against the budget);
+        refuse one whose smallest chunk does not fit (``check_fits``)."""
+        per_member = self.check_fits(policy)
+        n_chunks = -(-n_members // size)
+        log.info("%s: %d members in %d chunk%s of %d; about %s per member, %s per chunk (budget %s)", policy.name,
+                 n_members, n_chunks, "" if n_chunks == 1 else "s", size, size_text(per_member),
+                 size_text(per_member * size), size_text(self.memory_budget))
 
     def simulate_frozen(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None,
                         n_sessions: int | None = None) -> tuple[list[BucketState], int]:
@@ -671,7 +708,7 @@ class Simulator:
         history: list[list[dict]] = [[] for _ in range(n_members)]
         per_query = None
         bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
-                   unit="sess", disable=not progress, leave=False)
+                   unit="sess", disable=None if progress else True, leave=False)  # None: off on non-TTY
 
         def refresh(i, params):
             return compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
