@@ -95,7 +95,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
             queryset = load_dataset(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir(cfg))
             return run_online(cfg, out_dir, queryset, on_accepted=accepted)
         accepted()
-        if kind == "offline_fidelity":  # Vectorization / PRS fidelity (README "Offline fidelity")
+        if kind == "offline_fidelity":  # Vectorization / PRS fidelity (docs/fidelity.md)
             from ltrjax.offline.fidelity_experiment import run_fidelity
 
             return run_fidelity(cfg, out_dir)
