@@ -34,7 +34,7 @@ import numpy as np
 from ltrjax.clicks import make_click_model
 from ltrjax.offline import experiment as E
 from ltrjax.offline import fidelity as F
-from ltrjax.offline.estimators import ClickBatch, Estimator, make_estimator
+from ltrjax.offline.estimators import ClickBatch, Estimator, make_estimator, options_from_flat
 from ltrjax.offline.evaluate import make_evaluator, make_validator
 from ltrjax.offline.experiment import _merge
 from ltrjax.offline.logging import log_click_stats
@@ -132,7 +132,8 @@ def convergence(size: Sizes, n_seeds=5) -> dict:
                           clicks=stats.clicks, pairs=stats.pairs, pairs_lambda=stats.pairs_lambda)
         props = E.estimator_propensities(exp, logged, trial.y_max)
         for n in names:
-            est = make_estimator(n, exp["estimator_options"], exp["ranker"], exp["hidden"])
+            est = make_estimator(n, ranker=exp["ranker"], hidden=tuple(exp["hidden"]),
+                                 **options_from_flat(n, exp["estimator_options"], exp["ranker"]))
             est = dataclasses.replace(est, min_steps=0, select_from=None)
             val, ev, rec = make_validator(est, trial.vali), make_evaluator(est, trial.test), []
 

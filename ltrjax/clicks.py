@@ -77,13 +77,44 @@ def relevance_binary(labels, threshold: int, noise: float = 0.0):
 
 
 def relevance_vectorization(labels, y_max: int):
-    """R = (2^(y-1) - 1) / (2^(y_max-1) - 1), clipped at 0 for y = 0  (Vectorization §6.1)."""
+    """gamma_y = (2^y - 1) / (2^y_max - 1) on 0-based labels y in [0, y_max]  (Vectorization Eq. 13).
+
+    The paper writes gamma_y = (2^(y-1) - 1) / (2^(y_max-1) - 1) on 1-based grades y in [1, 5]; with y' = y - 1
+    that is the formula above: 3 grades [0, 1/3, 1], 5 grades [0, 1/15, 1/5, 7/15, 1]. (Putting 0-based labels
+    into the 1-based formula, as this function did before, clicked label 1 like label 0.)
+    """
     y = jnp.asarray(labels, jnp.float32)
-    return jnp.clip((2.0 ** (y - 1.0) - 1.0) / (2.0 ** (y_max - 1.0) - 1.0), 0.0, 1.0)
+    return (2.0**y - 1.0) / (2.0**y_max - 1.0)
+
+
+# the released Vectorization code's trust-bias relevance (its click-model config), 5 grades only
+VECTORIZATION_ERR_RELEVANCE = np.array([0.10, 0.16, 0.28, 0.52, 1.0])
+
+
+class ClickModelDataMismatch(ValueError):
+    """A click model or relevance mapping that the dataset's relevance grades cannot host (e.g. TianGong's
+    5-grade matrix on 3-grade labels): a claim measured with it is untestable on that data."""
+
+
+def relevance_vectorization_err(labels, y_max: int):
+    """The released Vectorization config's ERR vector [.10, .16, .28, .52, 1.0] over 5 grades (0-based labels).
+
+    Defined for 5-grade data only (``ClickModelDataMismatch`` otherwise).
+    """
+    if int(y_max) != len(VECTORIZATION_ERR_RELEVANCE) - 1:
+        raise ClickModelDataMismatch(
+            f"relevance 'vectorization_err' is the released Vectorization code's vector for 5 grades (labels 0-4); "
+            f"this dataset's labels run 0..{int(y_max)}. Use relevance 'vectorization' (the paper's Eq. 13), "
+            f"which is defined for any number of grades.")
+    table = jnp.asarray(VECTORIZATION_ERR_RELEVANCE, jnp.float32)
+    return table[jnp.clip(jnp.asarray(labels, jnp.int32), 0, len(VECTORIZATION_ERR_RELEVANCE) - 1)]
+
+
+RELEVANCE_MAPPINGS = ("ebrank", "linear", "binary", "vectorization", "vectorization_err")
 
 
 def relevance(labels, y_max: int, mapping: str = "ebrank", **kwargs):
-    """Dispatch on the mapping name used in configs."""
+    """Dispatch on the mapping name used in configs (``RELEVANCE_MAPPINGS``)."""
     if mapping == "ebrank":
         return relevance_ebrank(labels, y_max, kwargs.get("eps_min", 0.1))
     if mapping == "linear":
@@ -92,7 +123,9 @@ def relevance(labels, y_max: int, mapping: str = "ebrank", **kwargs):
         return relevance_binary(labels, kwargs.get("threshold", 1), kwargs.get("noise", 0.0))
     if mapping == "vectorization":
         return relevance_vectorization(labels, y_max)
-    raise ValueError(f"unknown relevance mapping {mapping!r}; expected ebrank, linear, binary or vectorization")
+    if mapping == "vectorization_err":
+        return relevance_vectorization_err(labels, y_max)
+    raise ValueError(f"unknown relevance mapping {mapping!r}; expected one of {', '.join(RELEVANCE_MAPPINGS)}")
 
 
 # --------------------------------------------------------------------------- examination curves
@@ -291,11 +324,30 @@ class ClickModelConfig:
             raise ConfigError("matrix", self.matrix, "expected a list of rows M[label][position] for kind matrix")
 
 
+def check_click_model_data(cfg: Mapping[str, Any] | None, y_max: int) -> None:
+    """Raise ``ClickModelDataMismatch`` when the dataset's grades 0..``y_max`` cannot host click model ``cfg``.
+
+    TianGong's matrix has one row per grade 0-4; on data with fewer grades the labels would use rows 0..y_max
+    only, and those carry no relevance signal (on rows 0-2 label 2 is clicked *less* than label 0 at positions
+    1, 3, 4 and 5), so every click estimator would learn nothing and a claim measured so is untestable.
+    """
+    cfg = dict(cfg or {})
+    n_grades = TIANGONG_MATRIX.shape[0]
+    if cfg.get("kind") == "tiangong" and int(y_max) + 1 < n_grades:
+        raise ClickModelDataMismatch(
+            f"click_model tiangong: the TianGong-ST matrix has {n_grades} relevance grades (rows 0-{n_grades - 1}), "
+            f"but this dataset's labels run 0..{int(y_max)} ({int(y_max) + 1} grades); its rows 0-{int(y_max)} carry "
+            f"no relevance signal (label 2 is clicked less than label 0 at positions 1, 3, 4 and 5), so TianGong "
+            f"clicks cannot be simulated on this data. Use a dataset with {n_grades} grades or another click model.")
+    if cfg.get("relevance") == "vectorization_err":
+        relevance_vectorization_err(np.zeros(1, np.int32), y_max)
+
+
 def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int | None = None) -> ClickModel:
     """Build a click model from a ``conf/click_model/*.yaml`` mapping.
 
     ``y_max`` (the dataset's top grade) picks the cascade preset's grade count when the config leaves
-    ``n_grades`` null.
+    ``n_grades`` null, and refuses a model the data cannot host (``check_click_model_data``).
     """
     cfg = dict(cfg or {"kind": "pbm", "examination": "log2", "eta": 1.0})
     kind = cfg.get("kind", "pbm")
@@ -309,6 +361,8 @@ def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int
     if kind == "ucbrank_affine":
         return ucbrank_affine(n_positions)
     if kind == "tiangong":
+        if y_max is not None:
+            check_click_model_data(cfg, y_max)
         return click_matrix(TIANGONG_MATRIX, n_positions)
     if kind == "matrix":  # an explicit M[label, position], e.g. a vector EH M = R O^T (ltrjax.offline.fidelity)
         return click_matrix(np.asarray(cfg["matrix"], np.float64), n_positions)

@@ -80,12 +80,13 @@ def letor_queryset(path, features: dict, cache_dir=None, *, allow_feature_mismat
 
 
 def _offline_scores(model: SavedModel, qs: QuerySet) -> np.ndarray:
-    from ltrjax.offline.estimators import make_estimator
+    from ltrjax.offline.estimators import make_estimator, options_from_flat
     from ltrjax.offline.lists import bucket_queries
 
     meta = model.meta
-    est = make_estimator(meta["estimator"], meta.get("options") or {}, meta.get("ranker", "linear"),
-                         meta.get("hidden") or (64, 32))
+    ranker = meta.get("ranker", "linear")
+    est = make_estimator(meta["estimator"], ranker=ranker, hidden=tuple(meta.get("hidden") or (64, 32)),
+                         **options_from_flat(meta["estimator"], meta.get("options") or {}, ranker))
     score = jax.jit(est.score)
     out = np.zeros(qs.n_docs, np.float32)
     for lists in bucket_queries(qs, np.arange(qs.n_queries), np.random.default_rng(0), n_buckets=4):

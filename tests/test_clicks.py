@@ -266,3 +266,32 @@ def test_cascade_empty_slot_cannot_stop_the_walk():
     valid = jnp.array([False, True, True])
     out = clicks.sample_clicks(model, uniforms, jnp.ones(3), labels, valid)
     np.testing.assert_array_equal(np.asarray(out), [False, True, False])
+
+
+# --------------------------------------------------------------------------- Vectorization trust-bias relevance
+def test_vectorization_relevance_is_eq13_on_zero_based_labels():
+    """Eq. 13, gamma_y = (2^(y-1) - 1)/(2^(y_max-1) - 1) on 1-based grades, on 0-based labels (hand-computed)."""
+    np.testing.assert_allclose(clicks.relevance(np.arange(3), 2, "vectorization"), [0, 1 / 3, 1], atol=1e-7)
+    np.testing.assert_allclose(clicks.relevance(np.arange(5), 4, "vectorization"),
+                               [0, 1 / 15, 3 / 15, 7 / 15, 1], atol=1e-7)
+    np.testing.assert_allclose(clicks.relevance(np.arange(5), 4, "vectorization"),
+                               [0, 0.0667, 0.2, 0.4667, 1], atol=1e-4)
+
+
+def test_vectorization_err_relevance_is_the_released_vector_and_five_grade_only():
+    np.testing.assert_allclose(clicks.relevance(np.arange(5), 4, "vectorization_err"), [.10, .16, .28, .52, 1.0],
+                               atol=1e-7)
+    with pytest.raises(clicks.ClickModelDataMismatch, match="5 grades"):
+        clicks.relevance(np.arange(3), 2, "vectorization_err")
+    assert "vectorization_err" in clicks.RELEVANCE_MAPPINGS
+
+
+def test_tiangong_on_three_grade_data_is_refused():
+    with pytest.raises(clicks.ClickModelDataMismatch, match="3 grades") as err:
+        clicks.make_click_model({"kind": "tiangong"}, 10, y_max=2)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(clicks.ClickModelDataMismatch):
+        clicks.check_click_model_data({"kind": "tiangong", "relevance": "vectorization"}, 2)
+    clicks.check_click_model_data({"kind": "tiangong"}, 4)  # five grades: hosted
+    clicks.check_click_model_data({"kind": "trust_bias", "relevance": "vectorization"}, 2)
+    assert clicks.make_click_model({"kind": "tiangong"}, 10, y_max=4).kind == "matrix"

@@ -32,3 +32,17 @@ def test_offline_from_click_log_example(capsys, tmp_path):
         assert all(0 <= v <= 1 and math.isfinite(v) for v in row.values()), name
     assert (tmp_path / "click_log.parquet").exists() and (tmp_path / "models" / "ips" / "trial0.msgpack").exists()
     assert "click log" in (tmp_path / "results.md").read_text()
+
+
+def test_custom_estimator_example(capsys):
+    """An estimator registered from outside the package trains and is evaluated like the built-in ones."""
+    from ltrjax.offline import estimators
+
+    returned, stdout = run_main("examples/custom_estimator.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    assert out == json.loads(json.dumps(returned))
+    assert set(out["estimators"]) == {"naive", "ips", "propensity_svm", "production"}
+    for name, row in out["estimators"].items():
+        assert all(0 <= v <= 1 and math.isfinite(v) for v in row.values()), name
+    assert out["estimators"]["propensity_svm"]["ndcg@10"] != out["estimators"]["ips"]["ndcg@10"]
+    assert "propensity_svm" in estimators.ALL_ESTIMATORS and "'clip': 100.0" in stdout

@@ -117,7 +117,7 @@ def test_fit_selects_checkpoints_from_select_from_while_min_steps_only_delays_st
 def test_vectorization_selects_from_the_end_of_the_freeze():
     from ltrjax.offline.estimators import make_estimator
 
-    est = make_estimator("vectorization", {"vec_dim": 3, "vec_freeze": 500, "vec_joint_steps": 4000})
+    est = make_estimator("vectorization", dim=3, freeze=500, joint_steps=4000)
     assert (est.select_from, est.min_steps) == (500, 4500)
 
 

@@ -68,7 +68,7 @@ def test_vectorization_base_model_log_variance_is_floored():
     """Eq. 10's Gaussian NLL is unbounded below once the base model fits the o_k exactly (all o_k are 1 at the end
     of the freeze): log sigma^2 -> -inf overflowed exp(-log sigma^2) and the NaN reached every parameter through
     the global-norm clip (Yahoo!-shaped data: NDCG@10 .33-.48 from the end-of-freeze checkpoint). With the floor
-    (``vec_logvar_min``, default -10) the loss, its gradient and the scores stay finite."""
+    (``logvar_min``, default -10) the loss, its gradient and the scores stay finite."""
     import jax
     import jax.numpy as jnp
 
@@ -77,7 +77,7 @@ def test_vectorization_base_model_log_variance_is_floored():
     from ltrjax.offline.rankers import make_scorer
 
     q, k, f = 4, 5, 3
-    est = make(make_scorer("linear", 2), {"vec_dim": 2, "vec_freeze": 0, "vec_base_hidden": (8,)})
+    est = make(make_scorer("linear"), dim=2, freeze=0, base_hidden=(8,))
     props = Propensities(*(jnp.ones((k,)) for _ in range(3)))
     params, state = est.init(jax.random.PRNGKey(0), f, props)
     base = params["base"]["params"]["Dense_1"]

@@ -47,7 +47,7 @@ def test_objective_fed_to_lightgbm_is_the_numpy_prs_gradient_and_hessian():
     batch = ClickBatch(features=jnp.zeros((q, k, 2)), mask=jnp.asarray(mask), n_sessions=jnp.asarray(n_sess),
                        clicks=jnp.zeros((q, k)), pairs=jnp.asarray(pairs), pairs_lambda=jnp.zeros((q, k, k)))
     props = Propensities(theta=jnp.asarray(theta), alpha=jnp.asarray(theta), beta=jnp.zeros(k))
-    est = make_estimator("prs", {}, "lambdamart")
+    est = make_estimator("prs", ranker="lambdamart")
     _, state = est.init(jax.random.PRNGKey(0), 2, props)
     s = rng.normal(size=(q, k)).astype(np.float32)
     g, h = gbdt.make_objective(est, batch, state)(s[mask])
@@ -80,7 +80,7 @@ def toy_trial():
 
 def test_labeled_trees_select_by_validation_and_beat_random_order(toy_trial):
     qs, exp, trial = toy_trial
-    est = make_estimator("labeled", {}, "lambdamart")
+    est = make_estimator("labeled", ranker="lambdamart")
     validate = make_validator(est, trial.vali)
     fr = fit(est, trial.labeled_train, jax.random.PRNGKey(0), qs.n_features, TrainConfig(max_epochs=40, patience=10),
              validate=validate)
@@ -112,11 +112,11 @@ def test_unknown_rankers_and_treeless_estimators_are_refused():
     with pytest.raises(ValueError, match="lambdamart"):
         make_scorer("gbdt")
     with pytest.raises(ValueError, match="tree-ensemble"):
-        make_estimator("dla", {}, "lambdamart")
+        make_estimator("dla", ranker="lambdamart")
     with pytest.raises(ValueError, match="linear or mlp"):
-        make_estimator("vectorization", {}, "lambdamart")
+        make_estimator("vectorization", ranker="lambdamart")
     with pytest.raises(ValueError, match="unknown keys"):
-        make_estimator("prs", {"gbdt": {"num_leafs": 3}}, "lambdamart")
+        make_estimator("prs", ranker="lambdamart", gbdt={"num_leafs": 3})
 
 
 def test_offline_fidelity_prs_part_with_trees_smoke(tmp_path):

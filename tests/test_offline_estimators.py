@@ -82,22 +82,20 @@ def test_naive_equals_ips_when_theta_is_one(form):
     batch, _, _ = _setup(theta=1.0)
     props = _props(np.ones(K))
     listwise = form == "listwise"
-    _assert_same(make_estimator("ips", {"ips_form": "listwise"} if listwise else {}),
-                 make_estimator("naive", {"naive_form": "listwise"} if listwise else {}), batch, props)
+    _assert_same(make_estimator("ips", form=form), make_estimator("naive", form=form), batch, props)
 
 
 def test_prs_equals_naive_pairwise_for_constant_theta():
     batch, _, _ = _setup()
     props = _props(np.full(K, 0.3))
-    _assert_same(make_estimator("prs", {"prs_gamma": None}),
-                 make_estimator("naive", {}), batch, props)
+    _assert_same(make_estimator("prs", gamma=None), make_estimator("naive"), batch, props)
 
 
 def test_pair_debias_with_frozen_unit_biases_equals_naive_pairwise():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    pd = make_estimator("pair_debias", {"pd_step": 0.0})
-    _assert_same(pd, make_estimator("naive", {}), batch, props)
+    pd = make_estimator("pair_debias", step=0.0)
+    _assert_same(pd, make_estimator("naive"), batch, props)
     params, state = _init(pd, props)
     _, _, new_state = _loss_and_ranker_grad(pd, params, state, batch)
     np.testing.assert_array_equal(new_state["t_plus"], np.ones(K))
@@ -106,7 +104,7 @@ def test_pair_debias_with_frozen_unit_biases_equals_naive_pairwise():
 
 def test_pair_debias_learns_position_bias_direction():
     batch, _, _ = _setup(n_sessions=3000)
-    pd = make_estimator("pair_debias", {"pd_step": 0.5})
+    pd = make_estimator("pair_debias", step=0.5)
     params, state = _init(pd, _props(np.ones(K)))
     step = _loss(pd)
     for _ in range(20):
@@ -119,8 +117,8 @@ def test_pair_debias_learns_position_bias_direction():
 def test_constant_dla_propensity_equals_naive_listwise():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    dla = make_estimator("dla", {})
-    naive = make_estimator("naive", {"naive_form": "listwise"})
+    dla = make_estimator("dla")
+    naive = make_estimator("naive", form="listwise")
     params, state = _init(dla, props)
     params = {**params, "propensity": jnp.full((K,), 0.7)}
     _, g_dla, _ = _loss_and_ranker_grad(dla, params, state, batch)
@@ -134,15 +132,14 @@ def test_affine_with_unit_trust_equals_ips():
     theta = examination("inverse", K, 1.0)
     props = _props(theta, alpha=theta, beta=np.zeros(K))
     for clip in (True, False):
-        _assert_same(make_estimator("affine", {"affine_clip_negative": clip}),
-                     make_estimator("ips", {"ips_form": "listwise"}), batch, props)
+        _assert_same(make_estimator("affine_oracle", clip_negative=clip), make_estimator("ips", form="listwise"), batch, props)
 
 
 def test_vectorization_d1_frozen_unit_observation_equals_naive():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    vec = make_estimator("vectorization", {"vec_dim": 1, "vec_freeze": 10, "vec_base_hidden": [8]})
-    naive = make_estimator("naive", {"naive_form": "listwise"})
+    vec = make_estimator("vectorization", dim=1, freeze=10, base_hidden=(8,))
+    naive = make_estimator("naive", form="listwise")
     params, state = _init(vec, props)
     loss_v, g_v, _ = _loss_and_ranker_grad(vec, params, state, batch)
     loss_n, g_n, _ = _loss_and_ranker_grad(naive, {"ranker": params["ranker"]}, state, batch)
@@ -160,7 +157,7 @@ def test_vectorization_d1_frozen_unit_observation_equals_naive():
 
 def test_base_vector_is_permutation_invariant():
     props = _props(np.ones(K))
-    vec = make_estimator("vectorization", {"vec_dim": 3, "vec_base_hidden": [8]}, ranker="mlp", hidden=(8,))
+    vec = make_estimator("vectorization", dim=3, base_hidden=(8,), ranker="mlp", hidden=(8,))
     params, state = vec.init(jax.random.PRNGKey(0), F, props)
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(2, 9, F)), jnp.float32)
@@ -221,15 +218,15 @@ def _ref_listwise(scores, sessions, mask, label_fn):
     return total / len(sessions.query)
 
 
-@pytest.mark.parametrize("name", ["prs", "prs_lambda", "pns", "ips", "ips_listwise", "affine"])
+@pytest.mark.parametrize("name", ["prs", "prs_lambda", "pns", "ips", "ips_listwise", "ips_lambda", "affine_oracle"])
 def test_aggregated_losses_equal_per_session_sums(name):
     batch, sessions, logged = _setup(n_sessions=150)
     theta = np.asarray(examination("inverse", K, 1.0))
     alpha, beta = theta * 0.8, theta * 0.1
     props = _props(theta, alpha, beta)
-    opts = {"ips_form": "listwise", "ips_clip": 5.0} if name == "ips_listwise" else {"ips_clip": 5.0} if name == "ips" \
-        else {"affine_clip_negative": False} if name == "affine" else {}
-    est = make_estimator(name.replace("_listwise", ""), opts)
+    opts = {"form": "listwise", "clip": 5.0} if name == "ips_listwise" else {"clip": 5.0} if name == "ips" \
+        else {"clip_negative": False} if name == "affine_oracle" else {}
+    est = make_estimator(name.replace("_listwise", ""), **opts)
     params, state = _init(est, props)
     loss = float(_loss(est)(params, state, batch, None)[0])
     scores = _session_scores(params, est, logged)
@@ -240,6 +237,8 @@ def test_aggregated_losses_equal_per_session_sums(name):
         ref = _ref_pairwise(scores, sessions, mask, lambda i, j: theta[j])
     elif name == "ips":
         ref = _ref_pairwise(scores, sessions, mask, lambda i, j: min(1 / theta[i], 5.0))
+    elif name == "ips_lambda":
+        ref = _ref_pairwise(scores, sessions, mask, lambda i, j: 1 / theta[i], lam=True)
     elif name == "ips_listwise":
         ref = _ref_listwise(scores, sessions, mask, lambda c: c * np.minimum(1 / theta, 5.0))
     else:
@@ -252,7 +251,7 @@ def test_regression_em_all_clicks_drive_theta_to_one():
     batch, _, _ = _setup()
     n = batch.n_sessions[:, None] * batch.mask
     batch = batch.replace(clicks=n)  # every displayed document clicked in every session
-    est = make_estimator("regression_em", {"em_step": 0.5})
+    est = make_estimator("regression_em", step=0.5)
     params, state = _init(est, _props(np.ones(K)))
     step = _loss(est)
     for _ in range(30):
@@ -264,10 +263,11 @@ def test_losses_are_finite_on_empty_rows():
     batch, _, _ = _setup()
     empty = jax.tree_util.tree_map(lambda a: a * 0 if a.dtype != jnp.bool_ else a & False, batch)
     props = _props(examination("inverse", K, 1.0))
-    for name in ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regression_em", "pair_debias", "affine",
-                 "vectorization"]:
-        est = make_estimator(name, {"vec_dim": 1, "vec_freeze": 10, "vec_base_hidden": [8]} if name == "vectorization"
-                             else {})
+    from ltrjax.offline.estimators import CLICK_ESTIMATORS
+
+    for name in CLICK_ESTIMATORS:
+        est = make_estimator(name, **({"dim": 1, "freeze": 10, "base_hidden": (8,)} if name == "vectorization"
+                                      else {}))
         params, state = _init(est, props)
         (loss, _), g = _value_and_grad(est)(params, state, empty, None)
         assert np.isfinite(float(loss)) and float(loss) == pytest.approx(0.0, abs=1e-6), name
@@ -278,9 +278,139 @@ def test_vectorization_dimensions_are_not_tied():
     """With a linear relevance model the d embedding outputs (and so the o_k columns) must differ."""
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))
-    vec = make_estimator("vectorization", {"vec_dim": 2, "vec_freeze": 0, "vec_base_hidden": [8]})
+    vec = make_estimator("vectorization", dim=2, freeze=0, base_hidden=(8,))
     params, state = vec.init(jax.random.PRNGKey(0), F, props)
     kernel = np.asarray(params["ranker"]["params"]["Dense_0"]["kernel"])
     assert np.abs(kernel[:, 0] - kernel[:, 1]).max() > 1e-3
     g = _value_and_grad(vec)(params, state, batch, None)[1]["observation"]
     assert np.abs(np.asarray(g[:, 0] - g[:, 1])).max() > 1e-6
+
+
+# --------------------------------------------------------------------------- the registry's interface
+def test_option_defaults_are_read_from_make_signatures():
+    from ltrjax.offline.estimators import ALL_ESTIMATORS, estimator_option_defaults
+
+    assert estimator_option_defaults("ips") == {"form": "pairwise", "clip": None}
+    assert estimator_option_defaults("prs") == {"gamma": 1.0}
+    assert estimator_option_defaults("vectorization")["dim"] == 2
+    assert estimator_option_defaults("production") == {}
+    for name in ALL_ESTIMATORS:  # every registered make has keyword-only options with defaults
+        assert isinstance(estimator_option_defaults(name), dict)
+
+
+def test_unknown_options_and_names_are_refused():
+    with pytest.raises(ValueError, match="unknown option"):
+        make_estimator("ips", gamma=1.0)
+    with pytest.raises(ValueError, match="unknown estimator"):
+        make_estimator("ipss")
+
+
+def test_flat_options_map_onto_each_estimators_keywords():
+    from ltrjax.offline.estimators import options_from_flat
+
+    flat = {"ips_clip": 5.0, "prs_gamma": None, "vec_dim": 3, "vec_base_hidden": [8], "gbdt": {"num_leaves": 7}}
+    assert options_from_flat("ips", flat) == {"clip": 5.0}
+    assert options_from_flat("pns", flat) == {"gamma": None}
+    assert options_from_flat("vectorization", flat) == {"dim": 3, "base_hidden": (8,)}
+    assert options_from_flat("prs", flat, "lambdamart") == {"gamma": None, "gbdt": {"num_leaves": 7}}
+    with pytest.raises(ValueError, match="unknown key"):
+        options_from_flat("ips", {"ips_clp": 1.0})
+    assert make_estimator("ips", clip=5.0) is make_estimator("ips", **options_from_flat("ips", flat))  # memoized
+
+
+# --------------------------------------------------------------------------- learned Affine
+def test_learned_affine_during_its_freeze_is_naive_listwise():
+    batch, _, _ = _setup()
+    props = _props(examination("inverse", K, 1.0))
+    aff = make_estimator("affine", freeze=10)
+    params, state = _init(aff, props)
+    _, g_a, _ = _loss_and_ranker_grad(aff, params, state, batch)
+    _, g_n, _ = _loss_and_ranker_grad(make_estimator("naive", form="listwise"), {"ranker": params["ranker"]},
+                                      state, batch)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_a, g_n)
+    assert float(jnp.abs(_value_and_grad(aff)(params, state, batch, None)[1]["observation"]).max()) == 0.0
+
+
+def test_learned_affine_recovers_trust_bias_parameters_up_to_one_scale():
+    """Trust-bias clicks P(c) = alpha_k R + beta_k, binary R, documents at random positions (expected clicks, so
+    the test is exact in expectation). The softmax optimum is exp(a_k r0 + b_k) = C P(c): alpha_k / alpha_1 and
+    beta_k / alpha_1 are what the clicks identify (affine.py docstring), and the learned model recovers them."""
+    import optax
+
+    from ltrjax.clicks import trust_bias, vardasbi_trust_epsilons
+    from ltrjax.offline.estimators.affine import recovered_affine
+
+    k, q = 6, 256
+    theta = examination("inverse", k, 1.0)
+    model = trust_bias(theta, *vardasbi_trust_epsilons(k))
+    alpha, beta = np.asarray(model.alpha, np.float64), np.asarray(model.beta, np.float64)
+    rng = np.random.default_rng(0)
+    rel = rng.integers(0, 2, size=(q, k))  # a random relevance at each position of each list
+    feats = np.stack([rel, 1 - rel], -1).astype(np.float32)  # one-hot grade: r0 is one value per grade
+    n = np.full(q, 100.0)
+    batch = ClickBatch(features=jnp.asarray(feats), mask=jnp.ones((q, k), bool), n_sessions=jnp.asarray(n, jnp.float32),
+                       clicks=jnp.asarray(n[:, None] * (alpha * rel + beta), jnp.float32),
+                       pairs=jnp.zeros((q, k, k)), pairs_lambda=jnp.zeros((q, k, k)))
+    est = make_estimator("affine", freeze=0, joint_steps=0)
+    params, state = est.init(jax.random.PRNGKey(0), 2, _props(theta))
+    opt = optax.adam(0.05)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params, opt_state, state):
+        (_, state), g = jax.value_and_grad(est.loss, has_aux=True)(params, state, batch, None)
+        updates, opt_state = opt.update(g, opt_state)
+        return optax.apply_updates(params, updates), opt_state, state
+
+    for _ in range(3000):
+        params, opt_state, state = step(params, opt_state, state)
+    r0 = est.score(params, state, jnp.asarray([[[1.0, 0.0], [0.0, 1.0]]]), jnp.ones((1, 2), bool))[0]
+    a_hat, b_hat = recovered_affine(params["observation"], r0[0], r0[1])
+    np.testing.assert_allclose(a_hat, alpha / alpha[0], rtol=0.02, atol=2e-3)
+    np.testing.assert_allclose(b_hat, beta / alpha[0], rtol=0.02, atol=2e-3)
+    assert np.ptp(beta / alpha[0]) > 0.1  # the test distinguishes positions
+
+
+# --------------------------------------------------------------------------- RegressionEM's intercept
+def test_regression_em_profiled_intercept_solves_the_score_equation():
+    from ltrjax.offline.estimators.regression_em import profiled_intercept
+
+    rng = np.random.default_rng(0)
+    s, r, w = (jnp.asarray(a, jnp.float32) for a in (rng.normal(size=50), rng.uniform(0, .3, 50), rng.uniform(size=50)))
+    b = profiled_intercept(s, r, w)
+    assert abs(float(jnp.sum(w * (jax.nn.sigmoid(s + b) - r)))) < 1e-4
+    assert float(profiled_intercept(s, r, jnp.zeros(50))) == 0.0
+
+
+def test_regression_em_first_steps_invert_the_ranking_until_the_level_is_fitted():
+    """The cause of RegressionEM's collapse on LETOR-3.0-shaped data: from s = 0 against targets near the click rate,
+    a plain sigmoid(s) first lowers every score, fastest on documents with large (non-negative) features, the
+    relevant ones. With the profiled intercept the first steps rank by relevance."""
+    import optax
+
+    rng = np.random.default_rng(0)
+    q, k, f = 32, 10, 8
+    rel = rng.integers(0, 2, size=(q, k))
+    feats = np.clip(0.4 + 0.2 * rel[..., None] * rng.uniform(0.5, 1, f) + 0.1 * rng.normal(size=(q, k, f)), 0, 1)
+    theta = examination("inverse", k, 1.0)
+    n = np.full(q, 50.0)
+    batch = ClickBatch(features=jnp.asarray(feats, jnp.float32), mask=jnp.ones((q, k), bool),
+                       n_sessions=jnp.asarray(n, jnp.float32), clicks=jnp.asarray(n[:, None] * theta * rel, jnp.float32),
+                       pairs=jnp.zeros((q, k, k)), pairs_lambda=jnp.zeros((q, k, k)))
+
+    def corr_after(est, steps=5):
+        params, state = est.init(jax.random.PRNGKey(0), f, _props(theta))
+        opt = optax.adam(0.01)
+        opt_state = opt.init(params)
+        for _ in range(steps):
+            (_, state), g = _value_and_grad(est)(params, state, batch, None)
+            updates, opt_state = opt.update(g, opt_state)
+            params = optax.apply_updates(params, updates)
+        s = np.asarray(est.score(params, state, batch.features, batch.mask)).ravel()
+        return np.corrcoef(s, rel.ravel())[0, 1]
+
+    assert corr_after(make_estimator("regression_em")) < -0.3  # the collapse's first phase
+    assert corr_after(make_estimator("regression_em", profile_intercept=True)) > 0.3
+    # the default therefore trains at least min_steps before early stopping, selecting from the first epoch
+    est = make_estimator("regression_em")
+    assert (est.min_steps, est.select_from) == (1000, 0)

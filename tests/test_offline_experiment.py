@@ -33,7 +33,7 @@ def _ap_ref(scores, labels):
 def test_evaluator_matches_numpy_reference():
     qs = toy_queryset(n_queries=40, docs=(3, 40), seed=3)
     buckets = bucket_queries(qs, np.arange(40), np.random.default_rng(0), n_buckets=3)
-    est = make_estimator("labeled", {})
+    est = make_estimator("labeled")
     params, state = est.init(jax.random.PRNGKey(0), qs.n_features)
     params = {"ranker": jax.tree_util.tree_map(lambda x: x + 0.3 * jnp.ones_like(x), params["ranker"])}
     res = make_evaluator(est, buckets, drop_no_relevant=True)(params, state)
@@ -58,7 +58,7 @@ def test_fit_improves_validation_and_keeps_the_best_epoch():
     rng = np.random.default_rng(0)
     train = pad_queries(qs, np.flatnonzero(qs.split == 0), rng)
     vali = bucket_queries(qs, np.flatnonzero(qs.split == 1), rng)
-    est = make_estimator("labeled", {"labeled_form": "listwise"})
+    est = make_estimator("labeled", form="listwise")
     data = LabeledBatch(features=jnp.asarray(train.features), labels=jnp.asarray(train.labels, jnp.float32),
                         mask=jnp.asarray(train.mask))
     val = make_evaluator(est, vali)

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ltrjax.clicks import make_click_model, relevance
-from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator
+from ltrjax.clicks import check_click_model_data, make_click_model, relevance
+from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities, make_estimator, options_from_flat
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import LoggedLists, log_click_stats, pad_positions, top_k_lists
@@ -111,6 +111,13 @@ def click_relevance(labels, exp: dict, y_max: int):
     mapping = cm.get("relevance", "binary")
     return relevance(labels, y_max, mapping, threshold=binarize_threshold(exp, y_max),
                      noise=float(cm.get("noise", 0.0) or 0.0))
+
+
+def _estimator(exp: dict, name: str):
+    """Estimator ``name`` with the experiment's ranker; the flat ``estimator_options`` mapped onto its keyword
+    arguments (transitional, until the typed offline configuration)."""
+    return make_estimator(name, ranker=exp["ranker"], hidden=tuple(exp["hidden"]),
+                          **options_from_flat(name, exp["estimator_options"], exp["ranker"]))
 
 
 # --------------------------------------------------------------------------- propensities
@@ -217,7 +224,7 @@ def prepare_trial(qs, exp: dict, seed: int) -> TrialData:
     perm = rng.permutation(train_ids)
     prod_ids, logged_ids = np.sort(perm[:n_prod]), np.sort(perm[n_prod:])
 
-    prod_est = make_estimator("production", exp["estimator_options"], "linear")
+    prod_est = make_estimator("production")
     prod_data = _labeled_batch(pad_queries(eval_view, prod_ids, rng, max_docs=exp["max_docs"]))
     prod = fit(prod_est, prod_data, jax.random.fold_in(key, 1), qs.n_features, _train_cfg(exp, "production"),
                validate=make_validator(prod_est, vali))
@@ -263,6 +270,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
         logged = source.replace(relevance=jnp.where(source.mask, click_relevance(source.labels, exp, trial.y_max), 0.0))
         t0 = time.perf_counter()
         if click_data is None:
+            check_click_model_data(exp["click_model"], trial.y_max)  # ClickModelDataMismatch: untestable here
             model = make_click_model(exp["click_model"], k)
             stats = log_click_stats(jax.random.fold_in(key, 2), model, logged, int(exp["n_sessions"]),
                                     chunk=int(exp["logging_chunk"]), progress=exp.get("progress", False),
@@ -287,7 +295,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
             ck = ("labeled", exp["ranker"], json.dumps(exp["train"], sort_keys=True),
                   exp["estimator_options"]["labeled_form"])
             if ck not in trial.cache:
-                est = make_estimator("labeled", exp["estimator_options"], exp["ranker"], exp["hidden"])
+                est = _estimator(exp, "labeled")
                 fr = fit(est, trial.labeled_train, jax.random.fold_in(key, 100), trial.n_features,
                          _train_cfg(exp, name), validate=make_validator(est, trial.vali))
                 res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)
@@ -297,7 +305,7 @@ def run_setting(trial: TrialData, exp: dict, estimators=None, log=print, click_d
                     on_fit(name, est, fr)
             res = dict(trial.cache[ck])
         else:
-            est = make_estimator(name, exp["estimator_options"], exp["ranker"], exp["hidden"])
+            est = _estimator(exp, name)
             fr = fit(est, data, jax.random.fold_in(key, 100), trial.n_features, _train_cfg(exp, name),
                      validate=make_validator(est, trial.vali), props=props)
             res = make_evaluator(est, trial.test, **evaluator_kw)(fr.params, fr.state)

@@ -50,7 +50,7 @@ log = logging.getLogger("ltrjax")
 SPLITS = ("train", "vali", "test")
 
 
-RELEVANCE_MAPPINGS = ("ebrank", "linear", "binary", "vectorization")
+RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappings (ltrjax.clicks)
 DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")

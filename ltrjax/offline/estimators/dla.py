@@ -1,7 +1,7 @@
 """DLA, the dual learning algorithm (Ai et al. SIGIR'18; baselines.md §5.5).
 
 A propensity logit g_k per position and the ranker are trained jointly:
-  L_rank = -sum_i c_i w_i log softmax(s)_i,  w_k = sg(softmax(g)_1 / softmax(g)_k)  (clip ``dla_clip``)
+  L_rank = -sum_i c_i w_i log softmax(s)_i,  w_k = sg(softmax(g)_1 / softmax(g)_k)  (option ``clip``)
   L_prop = -sum_i c_i v_i log softmax(g)_i,  v_i = sg(softmax(s)_first / softmax(s)_i)
 where "first" is the document shown at position 1; L = L_prop + L_rank. Softmaxes run over the
 displayed slots of each list. ULTRA passes g through an ELU layer on one-hot positions; a free
@@ -15,8 +15,8 @@ from ltrjax.offline.estimators.base import (Estimator, masked_log_softmax, n_ses
                                             ranker_scores, scalar_scores, weighted_softmax_ce)
 
 
-def make(scorer, opts) -> Estimator:
-    clip = opts.get("dla_clip")
+def make(scorer, *, clip: float | None = None) -> Estimator:
+    """``clip``: upper bound of the propensity weight w_k (None = off)."""
 
     def init(key, n_features, props):
         k = props.theta.shape[0]

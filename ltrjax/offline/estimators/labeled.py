@@ -1,6 +1,6 @@
 """Rankers trained on true labels: the labeled-data skyline and the production ranker.
 
-``labeled_form="pairwise"``: pairwise logistic loss over label-differing pairs (rax); ``"listwise"``:
+``form="pairwise"``: pairwise logistic loss over label-differing pairs (rax); ``"listwise"``:
 softmax cross-entropy with gains 2^y - 1 (rax). Both averaged over the batch's lists.
 """
 
@@ -11,8 +11,17 @@ from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, next_
                                             scalar_scores)
 
 
-def make(scorer, opts, name: str = "labeled", form: str | None = None) -> Estimator:
-    form = form or opts.get("labeled_form", "pairwise")
+def make(scorer, *, form: str = "pairwise") -> Estimator:
+    """The labeled-data skyline; ``form``: "pairwise" or "listwise" (module docstring)."""
+    return _make(scorer, "labeled", form)
+
+
+def make_production(scorer) -> Estimator:
+    """The production (logging) ranker: the pairwise labeled loss on its 1% of training queries."""
+    return _make(scorer, "production", "pairwise")
+
+
+def _make(scorer, name: str, form: str) -> Estimator:
 
     def loss(params, state, batch, key):
         s = ranker_scores(scorer, params, batch.features)

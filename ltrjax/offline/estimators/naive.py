@@ -1,6 +1,6 @@
 """Naive estimator: clicks taken as relevance labels (baselines.md §5.1; PRS §5.1 "Naive").
 
-``form="pairwise"``: sum over clicked/unclicked pairs of l_ij with weight 1 (PRS Eq. 9 with all
+``form="pairwise"`` (default): sum over clicked/unclicked pairs of l_ij with weight 1 (PRS Eq. 9 with all
 propensities equal). ``form="listwise"``: the ULTRA softmax loss -sum_i c_i log softmax(s)_i.
 """
 
@@ -9,8 +9,8 @@ from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_ses
                                             weighted_softmax_ce)
 
 
-def make(scorer, opts) -> Estimator:
-    form = opts.get("naive_form", "pairwise")
+def make(scorer, *, form: str = "pairwise") -> Estimator:
+    """``form``: "pairwise" (PRS §5.1) or "listwise" (ULTRA softmax)."""
 
     def loss(params, state, batch, key):
         s = ranker_scores(scorer, params, batch.features)

@@ -3,7 +3,7 @@
 State t+_k, t-_k (init 1). Loss sum_{c_i > c_j} l_ij / (t+_{k_i} t-_{k_j}). Bias update (stop-grad):
   A+_k = sum_{pairs, k_i = k} l_ij / t-_{k_j},  t+ <- (1 - a) t+ + a (A+ / A+_1)^(1/(p+1))
   A-_k = sum_{pairs, k_j = k} l_ij / t+_{k_i},  t- <- (1 - a) t- + a (A- / A-_1)^(1/(p+1))
-with a = ``pd_step`` (0.05) and p = ``pd_p`` (1). A position whose A is 0 in a batch (or a batch
+with a = ``step`` (0.05) and p = ``p`` (1). A position whose A is 0 in a batch (or a batch
 whose A_1 is 0) keeps its old value.
 """
 
@@ -20,9 +20,9 @@ def update_bias(t, a_sum, step, p):
     return jnp.where(ok, (1 - step) * t + step * ratio ** (1.0 / (p + 1.0)), t)
 
 
-def make(scorer, opts) -> Estimator:
-    step_size = opts.get("pd_step", 0.05)
-    p = opts.get("pd_p", 1.0)
+def make(scorer, *, step: float = 0.05, p: float = 1.0) -> Estimator:
+    """``step``: a of the bias update; ``p``: the exponent p of the bias update."""
+    step_size = step
     base_init = init_scalar_ranker(scorer)
 
     def init(key, n_features, props):

@@ -10,8 +10,8 @@ from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_ses
                                             pairwise_loss, ranker_scores, scalar_scores)
 
 
-def make(scorer, opts) -> Estimator:
-    gamma = opts.get("prs_gamma", 1.0)
+def make(scorer, *, gamma: float | None = 1.0) -> Estimator:
+    """``gamma``: the clip of PRS Eq. 11 (None = off)."""
 
     def loss(params, state, batch, key):
         theta = state["props"].theta

@@ -1,7 +1,7 @@
 """PRS, propensity ratio scoring (PRS Eq. 9-11; baselines.md §5.3).
 
 Pairs (i clicked, j unclicked) of a session weighted by min(gamma, theta_{k_j} / theta_{k_i})
-(Eq. 11; gamma = ``prs_gamma``, default 1, ``None`` = unclipped Eq. 9) on the pairwise logistic
+(Eq. 11; option ``gamma``, default 1, ``None`` = unclipped Eq. 9) on the pairwise logistic
 loss l_ij = log(1 + exp(-(s_i - s_j))). The lambda variant (``prs_lambda``, PRS §5.1) also
 multiplies each pair by |Delta NDCG_ij| of swapping i and j in the ranking by the current scores
 (gain 2^c - 1, IDCG over the session's clicks).
@@ -19,8 +19,7 @@ def prs_weights(theta, gamma=1.0):
     return w if gamma is None else jnp.minimum(w, gamma)
 
 
-def make(scorer, opts, lambda_variant: bool = False) -> Estimator:
-    gamma = opts.get("prs_gamma", 1.0)
+def _make(scorer, gamma, lambda_variant: bool) -> Estimator:
 
     def loss(params, state, batch, key):
         w = prs_weights(state["props"].theta, gamma)
@@ -35,5 +34,11 @@ def make(scorer, opts, lambda_variant: bool = False) -> Estimator:
     return Estimator(name, init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
 
 
-def make_lambda(scorer, opts) -> Estimator:
-    return make(scorer, opts, lambda_variant=True)
+def make(scorer, *, gamma: float | None = 1.0) -> Estimator:
+    """PRS on the pairwise logistic loss; ``gamma``: Eq. 11's clip (None = Eq. 9 unclipped)."""
+    return _make(scorer, gamma, lambda_variant=False)
+
+
+def make_lambda(scorer, *, gamma: float | None = 1.0) -> Estimator:
+    """PRS-LambdaMART's lambda weighting (PRS §5.1); ``gamma`` as for ``make``."""
+    return _make(scorer, gamma, lambda_variant=True)

@@ -1,7 +1,7 @@
 """Vectorization (Chen et al. KDD'22; baselines.md §5.8).
 
 Relevance embedding r(x) in R^d (a d-output scorer) and one observation vector o_k in R^d per
-position (initialised to 1, frozen for the first ``vec_freeze`` steps). Click logit
+position (initialised to 1, frozen for the first ``freeze`` steps). Click logit
 z_i = <r(x_i), o_{k_i}> trained with the listwise softmax loss (Vectorization Eq. 9). After the
 freeze the Gaussian base model v(x) = (mu, log sigma^2) fits the observation vectors
 (Eq. 10, on stop-gradient features and o):
@@ -9,14 +9,14 @@ freeze the Gaussian base model v(x) = (mu, log sigma^2) fits the observation vec
 Ranking uses the base vector (Eq. 8) b_q = sum_i mu(x_i) e^{-log sigma^2(x_i)} / sum_i e^{-log sigma^2(x_i)}
 (element-wise, over the query's candidates) and scores s_i = <r(x_i), b_q> (Eq. 3).
 
-Schedule: validation-based early stopping may end training only after ``vec_freeze +
-vec_joint_steps`` steps (default 500 + 4000; the paper trains 15k-30k). With the former ``freeze +
+Schedule: validation-based early stopping may end training only after ``freeze +
+joint_steps`` steps (default 500 + 4000; the paper trains 15k-30k). With the former ``freeze +
 200`` the observation vectors had barely left their initial 1 when training stopped: on trust-bias
 clicks Vectorization (d = 2) then trailed Affine by .047 NDCG@10, with 4000 joint steps it equals
 it (README "Offline fidelity", ``tests/test_fidelity.py``). Validation selects the checkpoint from the
 end of the freeze on (``Estimator.select_from``), as for every other estimator; before, the forced steps
-left Vectorization with its last iterate (d = 3 vector-EH clicks: .742 -> .757 NDCG@10). ``vec_observation_init`` and
-``vec_train_observation`` (diagnostics) start the o_k at given vectors and/or keep them fixed.
+left Vectorization with its last iterate (d = 3 vector-EH clicks: .742 -> .757 NDCG@10). ``observation_init`` and
+``train_observation`` (diagnostics) start the o_k at given vectors and/or keep them fixed.
 """
 
 import jax
@@ -32,21 +32,26 @@ def base_vector(mu, logvar, mask):
     return jnp.sum(mu * prec, axis=-2) / jnp.maximum(jnp.sum(prec, axis=-2), 1e-12)
 
 
-def make(relevance_model, opts) -> Estimator:
-    """``relevance_model`` must have ``out_dim = vec_dim``."""
-    dim = int(opts.get("vec_dim", 2))
-    freeze = int(opts.get("vec_freeze", 500))
-    joint = int(opts.get("vec_joint_steps", 4000))
-    l2 = float(opts.get("vec_l2", 1e-3))
+def make(scorer, *, dim: int = 2, freeze: int = 500, joint_steps: int = 4000, l2: float = 1e-3,
+         base_hidden: tuple[int, ...] = (256, 64), logvar_min: float = -10.0,
+         observation_init: tuple | None = None, train_observation: bool = True) -> Estimator:
+    """Vectorization with ``dim``-dimensional relevance (the scalar ``scorer`` widened to ``dim`` outputs).
+
+    ``freeze``: steps with o_k frozen at 1; ``joint_steps``: steps after the freeze before early stopping may end
+    training; ``l2``: base-model weight decay (Eq. 10); ``base_hidden``: base-model widths; ``logvar_min``: floor of
+    the base model's log-variance; ``observation_init`` / ``train_observation``: diagnostics (start the o_k at
+    given vectors, keep them fixed).
+    """
+    relevance_model = scorer.clone(out_dim=int(dim))
+    dim, freeze, joint, l2 = int(dim), int(freeze), int(joint_steps), float(l2)
     # floor of the base model's log-variance: at the end of the freeze every o_k is 1, the base model can fit
     # mu = o exactly and Eq. 10's Gaussian NLL then drives log sigma^2 to -inf (loss unbounded below); on
     # Yahoo!-shaped data (700 features) that overflowed exp(-log sigma^2) one epoch after the freeze, and the
     # NaN reached every parameter through the global-norm clip (docs/results/fidelity_vec_synthetic_yahoo_mlp)
-    logvar_min = float(opts.get("vec_logvar_min", -10.0))
-    # diagnostics (README "Offline fidelity"): start the o_k at given vectors, and/or never train them
-    obs_init = opts.get("vec_observation_init")
-    train_obs = bool(opts.get("vec_train_observation", True))
-    base = GaussianBaseModel(dim=dim, hidden=tuple(opts.get("vec_base_hidden", (256, 64))))
+    logvar_min = float(logvar_min)
+    obs_init = observation_init
+    train_obs = bool(train_observation)
+    base = GaussianBaseModel(dim=dim, hidden=tuple(base_hidden))
 
     def base_gaussian(params, features):
         """(mu, log sigma^2) of the base model, the log-variance floored at ``logvar_min``."""
