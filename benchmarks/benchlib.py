@@ -63,7 +63,33 @@ def add_online_arguments(parser, smoke_help: str) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help=smoke_help)
     parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    add_cache_arguments(parser)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. sim.n_updates=10")
+
+
+def add_cache_arguments(parser) -> None:
+    """``--cache-dir`` / ``--no-compilation-cache``: where the persistent XLA cache lives, or none."""
+    parser.add_argument("--cache-dir", default=None,
+                        help="persistent XLA compilation cache folder (default: the one this process already uses, "
+                             "else ltrjax.compile_cache.default_cache_dir(), as python -m ltrjax.run)")
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="compile everything in this process (no persistent cache is read or written)")
+
+
+def use_compilation_cache(args) -> str | None:
+    """Turn on the persistent XLA cache as ``ltrjax.run`` does (``ltrjax.compile_cache``), unless
+    ``--no-compilation-cache``; a folder already configured in this process (the tests') is kept unless
+    ``--cache-dir`` names one. Returns the folder, or None."""
+    import jax
+
+    from ltrjax.compile_cache import enable_compilation_cache
+
+    if args.no_compilation_cache:
+        jax.config.update("jax_compilation_cache_dir", None)
+        return None
+    if args.cache_dir is None and jax.config.jax_compilation_cache_dir:
+        return str(jax.config.jax_compilation_cache_dir)
+    return enable_compilation_cache(args.cache_dir)
 
 
 def online_overrides(args) -> list[str]:

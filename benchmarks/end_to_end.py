@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
-                      online_overrides)
+                      online_overrides, use_compilation_cache)
 
 
 
@@ -36,6 +36,7 @@ def main(argv=None) -> dict:
 
     from ltrjax.runner import build_simulator, make_policy, trial_key
 
+    cache = use_compilation_cache(args)
     overrides = online_overrides(args)
     if args.epsilon is not None:
         overrides.append(f"algorithms.ebrank.epsilon={args.epsilon}")
@@ -62,6 +63,7 @@ def main(argv=None) -> dict:
            "wall_seconds": t_data + t_run, **{f"{k}_seconds": v for k, v in split.items()},
            "other_seconds": t_run - sum(split.values()),
            "compile_seconds": compile_meter.seconds, "compiles": compile_meter.compiles,
+           "compile_share": compile_meter.seconds / (t_data + t_run), "compilation_cache": cache,
            "timings": timings, "retrains": len([i for i in result.train_info if not i.get("skipped")]),
            "cum_ndcg": result.cum_ndcg["test"], "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg,
            **machine()}

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
-                      online_overrides)
+                      online_overrides, use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
@@ -72,6 +72,7 @@ def main(argv=None) -> dict:
 
     if args.smoke:
         args.seeds = min(args.seeds, 2)
+    cache = use_compilation_cache(args)
     cfg = compose(online_overrides(args) + list(args.overrides))
     tune_split = str(cfg.experiment.get("tune_split", "vali"))
     tic = time.perf_counter()
@@ -138,6 +139,9 @@ def main(argv=None) -> dict:
         "population_compile_seconds": pop_compile.seconds,
         "serial_compile_seconds": serial_compile.seconds,
         "population_compiles": pop_compile.compiles,
+        "compiles": pop_compile.compiles + serial_compile.compiles,
+        "compile_seconds": pop_compile.seconds + serial_compile.seconds,
+        "compilation_cache": cache,
         "serial_compiles": serial_compile.compiles,
         "population_seconds_excluding_compile": pop_excl,
         "serial_seconds_excluding_compile": serial_excl,
