@@ -259,8 +259,8 @@ def compiled(policy: Policy) -> dict[str, Callable]:
         programs = {
             # states are donated: the scan updates their buffers in place instead of copying them
             "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
-            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None))),
-            "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None))),
+            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0))),
+            "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
         }
         policy.__dict__["_ltrjax_programs"] = programs
@@ -512,7 +512,7 @@ class Simulator:
             if before is not None:
                 params = before(i, params)
             segment = upcoming
-            states, ys = self._launch(policy, params, hyper, states, segment)
+            states, ys, prepared = self._launch(policy, params, hyper, states, segment)
             states = list(states)
             if i + 1 < len(segments):  # host work for the next segment while the device runs this one
                 upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths)
@@ -520,7 +520,7 @@ class Simulator:
             if timings is not None:
                 timings["simulate"] += time.perf_counter() - tic
             if after is not None:
-                params = after(i, params, states, outputs)
+                params = after(i, params, states, outputs, prepared)
         return params, jax.block_until_ready(states)
 
     def _shard(self, tree):
@@ -563,7 +563,8 @@ class Simulator:
                                trial_of=trial_of, widths=widths)
 
     def _launch(self, policy: Policy, params, hyper, states, segment: PreparedSegment):
-        """Dispatch one prepared segment (asynchronously): returns the new states and the device outputs."""
+        """Dispatch one prepared segment (asynchronously): returns the new states, the device outputs and the
+        segment's ``prepare`` output for evaluation (``step.population_segment``)."""
         widths = segment.widths if policy.narrow_rows else None
         return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
                                            self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys,
@@ -593,23 +594,26 @@ class Simulator:
                     jax.tree_util.tree_map(lambda acc, r: acc.__setitem__(sel, r[rows][:, valid]), records, out.record)
         return ndcg, shown, clicked, records
 
-    def _evaluate(self, policy: Policy, params, states, test_only: bool = False) -> dict[str, np.ndarray]:
+    def _evaluate(self, policy: Policy, params, states, test_only: bool = False, prepared=None
+                  ) -> dict[str, np.ndarray]:
         """Warm/Cold NDCG@K per member and global query ``[P, n_queries]``; with ``test_only`` only the test
-        queries are evaluated (the others are NaN)."""
+        queries are evaluated (the others are NaN). ``prepared``: per bucket the last segment's ``prepare`` output
+        for these ``params`` (``_launch``), reused instead of recomputed (None: recomputed)."""
         n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
         out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
         launched = []  # every bucket is dispatched before the first result is waited for
         for b, bucket in enumerate(self.data.buckets):
             query = np.asarray(bucket.query_index)
+            aux = None if prepared is None else prepared[b]
             if test_only:
                 rows = self.test_rows[b]
                 if not len(rows):
                     continue
                 launched.append((query[rows], compiled(policy)["evaluate_rows"](
-                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows)))
+                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows, aux)))
             else:
                 launched.append((query, compiled(policy)["evaluate"](self.protocol, params, states[b], bucket,
-                                                                     self.gains[b], self.idcg[b])))
+                                                                     self.gains[b], self.idcg[b], aux)))
         for query, (warm, cold) in launched:
             out["warm"][:, query] = np.asarray(warm)
             out["cold"][:, query] = np.asarray(cold)
@@ -677,14 +681,15 @@ class Simulator:
             return compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
                 jax.random.fold_in(t.policy, 1), i)), params)
 
-        def after(i, params, states, outputs):
+        def after(i, params, states, outputs, prepared):
             nonlocal pending, per_query
             nd, shown, clicked, record = outputs
             start, stop = starts[i], points[i] + 1
             session_ndcg[:, start:stop] = nd
             tic = time.perf_counter()
             last = i == len(segments) - 1
-            per_query = self._evaluate(policy, params, states, test_only=not last and cfg.history_splits == "test")
+            per_query = self._evaluate(policy, params, states, test_only=not last and cfg.history_splits == "test",
+                                       prepared=prepared)
             for m in range(n_members):
                 history[m].append(self.split_means({k: v[m] for k, v in per_query.items()}))
             timings["evaluate"] += time.perf_counter() - tic
