@@ -106,7 +106,8 @@ def check_population(sim, policy, keys, hypers, solo, max_members=None):
     chunk = sim.chunk_size(len(keys), max_members, policy)
     assert chunk <= (max_members or len(keys))
     assert population[0].timings["members"] == chunk
-    assert programs._cache_size() - before <= (chunk != 1)  # at most the chunk's own shape, never the short one
+    # at most the chunk's own shape per segment width (step.narrow_segment), never the short one
+    assert programs._cache_size() - before <= (chunk != 1) * sim.width_shapes()
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def ebrank(sim):
     keys, hypers, solo = solo_runs(sim, policy, [{"epsilon": 0.0}, None, policy.make_hyper(epsilon=200.0)])
     assert all(float(r.hyper.epsilon) == e for r, e in zip(solo, [0.0, 20.0, 200.0] * 2))
     assert all(sum(not i.get("skipped") for i in r.train_info) >= 1 for r in solo)  # the priors retrained
-    assert compiled(policy)["segment"]._cache_size() == 1  # the six trials reuse one program
+    # the six trials reuse one program per per-segment width tuple (Simulator.segment_widths)
+    assert compiled(policy)["segment"]._cache_size() == sim.width_shapes()
     return policy, keys, hypers, solo
 
 
