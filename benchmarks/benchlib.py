@@ -150,6 +150,35 @@ class CompileMeter:
 
 
 # --------------------------------------------------------------------------- timing
+def prepare_seconds(policy, data, members: int, repeats: int = 3) -> float:
+    """Best-of-``repeats`` wall seconds of the per-segment ``prepare`` of ``members`` members over every bucket
+    (``policy.prepare_population``, compiled first): EBRank's prior alpha, in member blocks."""
+    import jax
+
+    from ltrjax.online.policies.base import stack_members
+
+    params = stack_members([policy.init(jax.random.PRNGKey(i), data) for i in range(members)])
+    fn = jax.jit(lambda p: [policy.prepare_population(p, b, None) for b in data.buckets])
+    jax.block_until_ready(fn(params))
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        tic = time.perf_counter()
+        jax.block_until_ready(fn(params))
+        best = min(best, time.perf_counter() - tic)
+    return best
+
+
+def prepare_sharing(policy, data, members: int = 7, repeats: int = 3) -> dict:
+    """``prepare_seconds`` of ``members`` members and of one, and their ratio (issue 22: <= 2 for 7 members;
+    member by member it would be ~7). Timed in this process, alternating, so contention hits both alike."""
+    one, many = [], []
+    for _ in range(max(1, repeats)):
+        one.append(prepare_seconds(policy, data, 1, 1))
+        many.append(prepare_seconds(policy, data, members, 1))
+    return {"members": members, "one_member_seconds": min(one), "members_seconds": min(many),
+            "ratio": min(many) / min(one) if min(one) > 0 else None}
+
+
 def timed(fn, *args, **kwargs):
     """(result, wall seconds, CPU seconds of this process, all threads) of one call."""
     wall, cpu = time.perf_counter(), time.process_time()

@@ -121,7 +121,8 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     total = population * best["per_member"]
     watch = best["watch"]
     steps = getattr(sim, "_steps", {}).get("main")  # the padded scan length of every segment (private)
-    occupancy = best["per_member"] / (steps * sum(sim.n_lanes) * segments) if steps else None
+    lanes = getattr(sim, "_lanes", {}).get("main", sim.n_lanes)  # the lanes the plans fitted per bucket (private)
+    occupancy = best["per_member"] / (steps * sum(lanes) * segments) if steps else None
     setup = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init"))
     return {
         "sessions_per_sec": total / best["simulation"],

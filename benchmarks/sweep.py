@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
-                      online_overrides, use_compilation_cache)
+                      online_overrides, prepare_sharing, use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
@@ -129,6 +129,8 @@ def main(argv=None) -> dict:
         chosen["serial"].append(choose(serial[block], grid, tune_split)[1])
     values = np.asarray([v for d in diffs.values() for v in d], np.float64)
 
+    occupancy = sim.doc_slot_occupancy(policy, keys)  # the population's plans again (deterministic)
+    sharing = prepare_sharing(policy, data, members=7, repeats=1 if args.smoke else 3)
     pop_excl = population_seconds - pop_compile.seconds
     serial_excl = serial_seconds - serial_compile.seconds
     out = {
@@ -142,6 +144,10 @@ def main(argv=None) -> dict:
         "compiles": pop_compile.compiles + serial_compile.compiles,
         "compile_seconds": pop_compile.seconds + serial_compile.seconds,
         "compilation_cache": cache,
+        "doc_slot_occupancy": occupancy,
+        "segment_width_shapes": sim.width_shapes(),
+        "alpha_seconds_7_over_1": sharing["ratio"],
+        "alpha_sharing": sharing,
         "serial_compiles": serial_compile.compiles,
         "population_seconds_excluding_compile": pop_excl,
         "serial_seconds_excluding_compile": serial_excl,
