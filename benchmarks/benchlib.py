@@ -111,12 +111,16 @@ def dataset_overrides(preset: str, queries: int | None) -> list[str]:
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _BACKEND_EVENT = _COMPILE_EVENTS[-1]
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
 class CompileMeter:
-    """Seconds JAX spent tracing, lowering and compiling (and how many XLA compilations) while active.
+    """Seconds JAX spent tracing, lowering and compiling while active, how many programs XLA compiled
+    (``compiles``) and how many it read from the persistent cache instead (``cache_hits``).
 
-    Uses ``jax.monitoring`` duration events; one listener is registered per process.
+    Uses ``jax.monitoring`` events (one pair of listeners per process): the backend-compile duration event fires
+    for every program handed to the backend, a persistent-cache hit included, so ``compiles`` is those events
+    minus the cache-hit events.
     """
 
     _lock = threading.Lock()
@@ -125,14 +129,25 @@ class CompileMeter:
 
     def __init__(self):
         self.seconds = 0.0
-        self.compiles = 0
+        self.requests = 0
+        self.cache_hits = 0
+
+    @property
+    def compiles(self) -> int:
+        return self.requests - self.cache_hits
 
     @classmethod
     def _listener(cls, event: str, duration: float, **_):
         if event in _COMPILE_EVENTS:
             for meter in cls._active:
                 meter.seconds += float(duration)
-                meter.compiles += event == _BACKEND_EVENT
+                meter.requests += event == _BACKEND_EVENT
+
+    @classmethod
+    def _hit_listener(cls, event: str, **_):
+        if event == _CACHE_HIT_EVENT:
+            for meter in cls._active:
+                meter.cache_hits += 1
 
     def __enter__(self) -> "CompileMeter":
         from jax import monitoring
@@ -140,6 +155,7 @@ class CompileMeter:
         with self._lock:
             if not CompileMeter._registered:
                 monitoring.register_event_duration_secs_listener(CompileMeter._listener)
+                monitoring.register_event_listener(CompileMeter._hit_listener)
                 CompileMeter._registered = True
             CompileMeter._active.append(self)
         return self

@@ -142,6 +142,7 @@ def main(argv=None) -> dict:
         "serial_compile_seconds": serial_compile.seconds,
         "population_compiles": pop_compile.compiles,
         "compiles": pop_compile.compiles + serial_compile.compiles,
+        "compile_cache_hits": pop_compile.cache_hits + serial_compile.cache_hits,
         "compile_seconds": pop_compile.seconds + serial_compile.seconds,
         "compilation_cache": cache,
         "doc_slot_occupancy": occupancy,

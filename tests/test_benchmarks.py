@@ -56,6 +56,8 @@ def test_sweep_smoke_population_equals_serial(capsys):
 def assert_work_measures(out):
     """The issue-22 measures every online benchmark reports: compiles, doc-slot occupancy, alpha sharing."""
     assert isinstance(out["compiles"], int) and out["compiles"] >= 0 and out["compile_seconds"] >= 0
+    assert isinstance(out["compile_cache_hits"], int) and out["compile_cache_hits"] >= 0
+    assert out["compiles"] + out["compile_cache_hits"] > 0  # the run asked XLA for programs
     assert out["compilation_cache"]  # the persistent cache is on (the tests' folder, tests/conftest.py)
     assert 0 < out["doc_slot_occupancy"] <= 1
     assert out["segment_width_shapes"] >= 1
