@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-import jax
 from omegaconf import DictConfig, OmegaConf
 
 from ltrjax.schema import conf_dir, validate, write_resolved_config
@@ -29,12 +27,14 @@ def cache_dir(cfg: DictConfig) -> str | None:
 
 
 def enable_compilation_cache(cfg: DictConfig) -> None:
-    """Persist compiled XLA programs between runs (tests, sweeps and reruns start faster)."""
+    """Persist compiled XLA programs between runs (``jax.compilation_cache``), under the data cache's ``xla`` folder
+    (``ltrjax.compile_cache``, the one switch every script uses)."""
     if not cfg.get("jax", {}).get("compilation_cache", False):
         return
-    root = cache_dir(cfg) or os.environ.get("LTRJAX_CACHE") or os.path.expanduser("~/.cache/ltrjax")
-    jax.config.update("jax_compilation_cache_dir", os.path.join(root, "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    from ltrjax.compile_cache import default_cache_dir
+    from ltrjax.compile_cache import enable_compilation_cache as enable
+
+    enable(default_cache_dir(cache_dir(cfg)))
 
 
 def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
