@@ -63,7 +63,33 @@ def add_online_arguments(parser, smoke_help: str) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help=smoke_help)
     parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    add_cache_arguments(parser)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. sim.n_updates=10")
+
+
+def add_cache_arguments(parser) -> None:
+    """``--cache-dir`` / ``--no-compilation-cache``: where the persistent XLA cache lives, or none."""
+    parser.add_argument("--cache-dir", default=None,
+                        help="persistent XLA compilation cache folder (default: the one this process already uses, "
+                             "else ltrjax.compile_cache.default_cache_dir(), as python -m ltrjax.run)")
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="compile everything in this process (no persistent cache is read or written)")
+
+
+def use_compilation_cache(args) -> str | None:
+    """Turn on the persistent XLA cache as ``ltrjax.run`` does (``ltrjax.compile_cache``), unless
+    ``--no-compilation-cache``; a folder already configured in this process (the tests') is kept unless
+    ``--cache-dir`` names one. Returns the folder, or None."""
+    import jax
+
+    from ltrjax.compile_cache import enable_compilation_cache
+
+    if args.no_compilation_cache:
+        jax.config.update("jax_compilation_cache_dir", None)
+        return None
+    if args.cache_dir is None and jax.config.jax_compilation_cache_dir:
+        return str(jax.config.jax_compilation_cache_dir)
+    return enable_compilation_cache(args.cache_dir)
 
 
 def online_overrides(args) -> list[str]:
@@ -85,12 +111,16 @@ def dataset_overrides(preset: str, queries: int | None) -> list[str]:
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _BACKEND_EVENT = _COMPILE_EVENTS[-1]
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
 class CompileMeter:
-    """Seconds JAX spent tracing, lowering and compiling (and how many XLA compilations) while active.
+    """Seconds JAX spent tracing, lowering and compiling while active, how many programs XLA compiled
+    (``compiles``) and how many it read from the persistent cache instead (``cache_hits``).
 
-    Uses ``jax.monitoring`` duration events; one listener is registered per process.
+    Uses ``jax.monitoring`` events (one pair of listeners per process): the backend-compile duration event fires
+    for every program handed to the backend, a persistent-cache hit included, so ``compiles`` is those events
+    minus the cache-hit events.
     """
 
     _lock = threading.Lock()
@@ -99,14 +129,25 @@ class CompileMeter:
 
     def __init__(self):
         self.seconds = 0.0
-        self.compiles = 0
+        self.requests = 0
+        self.cache_hits = 0
+
+    @property
+    def compiles(self) -> int:
+        return self.requests - self.cache_hits
 
     @classmethod
     def _listener(cls, event: str, duration: float, **_):
         if event in _COMPILE_EVENTS:
             for meter in cls._active:
                 meter.seconds += float(duration)
-                meter.compiles += event == _BACKEND_EVENT
+                meter.requests += event == _BACKEND_EVENT
+
+    @classmethod
+    def _hit_listener(cls, event: str, **_):
+        if event == _CACHE_HIT_EVENT:
+            for meter in cls._active:
+                meter.cache_hits += 1
 
     def __enter__(self) -> "CompileMeter":
         from jax import monitoring
@@ -114,6 +155,7 @@ class CompileMeter:
         with self._lock:
             if not CompileMeter._registered:
                 monitoring.register_event_duration_secs_listener(CompileMeter._listener)
+                monitoring.register_event_listener(CompileMeter._hit_listener)
                 CompileMeter._registered = True
             CompileMeter._active.append(self)
         return self
@@ -124,6 +166,35 @@ class CompileMeter:
 
 
 # --------------------------------------------------------------------------- timing
+def prepare_seconds(policy, data, members: int, repeats: int = 3) -> float:
+    """Best-of-``repeats`` wall seconds of the per-segment ``prepare`` of ``members`` members over every bucket
+    (``policy.prepare_population``, compiled first): EBRank's prior alpha, in member blocks."""
+    import jax
+
+    from ltrjax.online.policies.base import stack_members
+
+    params = stack_members([policy.init(jax.random.PRNGKey(i), data) for i in range(members)])
+    fn = jax.jit(lambda p: [policy.prepare_population(p, b, None) for b in data.buckets])
+    jax.block_until_ready(fn(params))
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        tic = time.perf_counter()
+        jax.block_until_ready(fn(params))
+        best = min(best, time.perf_counter() - tic)
+    return best
+
+
+def prepare_sharing(policy, data, members: int = 7, repeats: int = 3) -> dict:
+    """``prepare_seconds`` of ``members`` members and of one, and their ratio (issue 22: <= 2 for 7 members;
+    member by member it would be ~7). Timed in this process, alternating, so contention hits both alike."""
+    one, many = [], []
+    for _ in range(max(1, repeats)):
+        one.append(prepare_seconds(policy, data, 1, 1))
+        many.append(prepare_seconds(policy, data, members, 1))
+    return {"members": members, "one_member_seconds": min(one), "members_seconds": min(many),
+            "ratio": min(many) / min(one) if min(one) > 0 else None}
+
+
 def timed(fn, *args, **kwargs):
     """(result, wall seconds, CPU seconds of this process, all threads) of one call."""
     wall, cpu = time.perf_counter(), time.process_time()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
-                      online_overrides)
+                      online_overrides, prepare_sharing, use_compilation_cache)
 
 
 
@@ -36,6 +36,7 @@ def main(argv=None) -> dict:
 
     from ltrjax.runner import build_simulator, make_policy, trial_key
 
+    cache = use_compilation_cache(args)
     overrides = online_overrides(args)
     if args.epsilon is not None:
         overrides.append(f"algorithms.ebrank.epsilon={args.epsilon}")
@@ -53,6 +54,8 @@ def main(argv=None) -> dict:
         jax.block_until_ready(result.final_params)
         t_run = time.perf_counter() - tic
     warm, main_ = sim.session_counts()
+    occupancy = sim.doc_slot_occupancy(policy, [trial_key(cfg, 0)])  # the run's plans again (deterministic)
+    sharing = prepare_sharing(policy, data, members=7, repeats=1 if args.smoke else 3)
     timings = {k: float(v) for k, v in result.timings.items()}
     split = {k: timings.get(k, 0.0) for k in ("simulate", "train", "evaluate")}
     out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_,
@@ -62,6 +65,10 @@ def main(argv=None) -> dict:
            "wall_seconds": t_data + t_run, **{f"{k}_seconds": v for k, v in split.items()},
            "other_seconds": t_run - sum(split.values()),
            "compile_seconds": compile_meter.seconds, "compiles": compile_meter.compiles,
+           "compile_cache_hits": compile_meter.cache_hits,
+           "compile_share": compile_meter.seconds / (t_data + t_run), "compilation_cache": cache,
+           "doc_slot_occupancy": occupancy, "segment_width_shapes": sim.width_shapes(),
+           "alpha_seconds_7_over_1": sharing["ratio"], "alpha_sharing": sharing,
            "timings": timings, "retrains": len([i for i in result.train_info if not i.get("skipped")]),
            "cum_ndcg": result.cum_ndcg["test"], "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg,
            **machine()}

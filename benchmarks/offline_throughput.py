@@ -45,7 +45,8 @@ def main(argv=None):
     args.reference_sessions = args.reference_sessions or (2_000 if args.smoke else 20_000)
     args.out = args.out or str(ROOT / "outputs" / f"bench_offline{'_smoke' if args.smoke else ''}.json")
     from ltrjax.clicks import make_click_model
-    from ltrjax.offline.experiment import (enable_compilation_cache, experiment_config, load_queryset,
+    from ltrjax.compile_cache import enable_compilation_cache
+    from ltrjax.offline.experiment import (experiment_config, load_queryset,
                                            prepare_trial, run_setting)
     from ltrjax.offline.logging import log_click_stats, log_sessions, reference_session_clicks
 

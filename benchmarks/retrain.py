@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import algorithm_config, emit, machine  # noqa: E402
+from benchlib import add_cache_arguments, algorithm_config, emit, machine, use_compilation_cache  # noqa: E402
 
 N_FEATURES = 136
 
@@ -101,7 +101,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): for tests")
     parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    add_cache_arguments(parser)
     args = parser.parse_args(argv)
+    use_compilation_cache(args)
     if args.smoke:
         args.examples, args.members, args.repeats, args.step_batches = 2048, 2, 1, "64,256"
 

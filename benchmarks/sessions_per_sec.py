@@ -54,7 +54,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, Stopwatch, algorithm_config, call_by_name, compose,  # noqa: E402
-                    dataset_overrides, emit, load_data, machine, timed)
+                    add_cache_arguments, dataset_overrides, emit, load_data, machine, timed,
+                    use_compilation_cache)
 
 FAMILIES = ("ebrank", "ucbrank_ie", "cftopk_concat", "pdgd", "mgd")
 SMOKE_FAMILIES = ("ebrank", "pdgd")  # the headline family and one learner: the test's time budget
@@ -120,7 +121,8 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     total = population * best["per_member"]
     watch = best["watch"]
     steps = getattr(sim, "_steps", {}).get("main")  # the padded scan length of every segment (private)
-    occupancy = best["per_member"] / (steps * sum(sim.n_lanes) * segments) if steps else None
+    lanes = getattr(sim, "_lanes", {}).get("main", sim.n_lanes)  # the lanes the plans fitted per bucket (private)
+    occupancy = best["per_member"] / (steps * sum(lanes) * segments) if steps else None
     setup = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init"))
     return {
         "sessions_per_sec": total / best["simulation"],
@@ -197,7 +199,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): for tests")
     parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    add_cache_arguments(parser)
     args = parser.parse_args(argv)
+    use_compilation_cache(args)
     if args.smoke:
         args.queries, args.populations, args.repeats = min(args.queries, 60), "1,2", 1
         args.segments, args.family_segments, args.reference_sessions = 2, 1, min(args.reference_sessions, 300)

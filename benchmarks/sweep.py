@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
-                      online_overrides)
+                      online_overrides, prepare_sharing, use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
@@ -72,6 +72,7 @@ def main(argv=None) -> dict:
 
     if args.smoke:
         args.seeds = min(args.seeds, 2)
+    cache = use_compilation_cache(args)
     cfg = compose(online_overrides(args) + list(args.overrides))
     tune_split = str(cfg.experiment.get("tune_split", "vali"))
     tic = time.perf_counter()
@@ -128,6 +129,8 @@ def main(argv=None) -> dict:
         chosen["serial"].append(choose(serial[block], grid, tune_split)[1])
     values = np.asarray([v for d in diffs.values() for v in d], np.float64)
 
+    occupancy = sim.doc_slot_occupancy(policy, keys)  # the population's plans again (deterministic)
+    sharing = prepare_sharing(policy, data, members=7, repeats=1 if args.smoke else 3)
     pop_excl = population_seconds - pop_compile.seconds
     serial_excl = serial_seconds - serial_compile.seconds
     out = {
@@ -138,6 +141,14 @@ def main(argv=None) -> dict:
         "population_compile_seconds": pop_compile.seconds,
         "serial_compile_seconds": serial_compile.seconds,
         "population_compiles": pop_compile.compiles,
+        "compiles": pop_compile.compiles + serial_compile.compiles,
+        "compile_cache_hits": pop_compile.cache_hits + serial_compile.cache_hits,
+        "compile_seconds": pop_compile.seconds + serial_compile.seconds,
+        "compilation_cache": cache,
+        "doc_slot_occupancy": occupancy,
+        "segment_width_shapes": sim.width_shapes(),
+        "alpha_seconds_7_over_1": sharing["ratio"],
+        "alpha_sharing": sharing,
         "serial_compiles": serial_compile.compiles,
         "population_seconds_excluding_compile": pop_excl,
         "serial_seconds_excluding_compile": serial_excl,

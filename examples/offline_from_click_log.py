@@ -4,7 +4,7 @@ Without ``--click-log`` the example first makes one, the way you would convert y
 a deterministic production ranking (one feature) shows the top 10 of each training query, a
 position-biased user (examination 1/k, noisy binary relevance) clicks, and the sessions go into a
 ``ClickLog`` (query id, shown document ids by position, clicks, split, time) written as Parquet
-(README "Click logs"). Then ``ltrjax.train_offline`` trains the estimators from that file and
+(docs/click-logs.md). Then ``ltrjax.train_offline`` trains the estimators from that file and
 evaluates them on the dataset's test queries.
 
     python examples/offline_from_click_log.py                       # synthetic data, simulated log

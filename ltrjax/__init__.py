@@ -1,4 +1,4 @@
-"""ltrjax: a JAX-accelerated simulator for learning to rank from clicks (README "Python API").
+"""ltrjax: a JAX-accelerated simulator for learning to rank from clicks (user manual: docs/python-api.md).
 
 The names below are imported on first use (``ltrjax.EBRank`` imports ``ltrjax.online.policies.ebrank``),
 so ``import ltrjax`` is cheap and changes no global state: no JAX option, logging level or matplotlib

@@ -1,6 +1,6 @@
 """Click logs as Parquet files: one row per session, written by the simulators and read back with checks.
 
-Schema (``SCHEMA``; README "Click logs"):
+Schema (``SCHEMA``; the user manual's page docs/click-logs.md):
 
 ============  ===================  ===========================================================
 column        type                 meaning
@@ -154,11 +154,13 @@ def read_click_log(path) -> ClickLog:
     """Read and check a click-log file; raises ``ClickLogError`` naming the file, row and expectation."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise ClickLogError(path, None, "an existing Parquet click-log file (README: Click logs)", "no such file")
+        raise ClickLogError(path, None, "an existing Parquet click-log file (the schema: docs/click-logs.md)",
+                            "no such file")
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:
-        raise ClickLogError(path, None, "a Parquet file (README: Click logs)", f"{type(err).__name__}: {err}") from err
+        raise ClickLogError(path, None, "a Parquet file (the schema: docs/click-logs.md)",
+                            f"{type(err).__name__}: {err}") from err
     missing = [n for n in SCHEMA.names if n not in table.column_names]
     if missing:
         raise ClickLogError(path, None, f"columns {SCHEMA.names}", f"columns {table.column_names} "

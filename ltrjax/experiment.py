@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-import jax
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ltrjax.schema import conf_dir, validate, write_resolved_config
 
@@ -29,35 +27,78 @@ def cache_dir(cfg: DictConfig) -> str | None:
 
 
 def enable_compilation_cache(cfg: DictConfig) -> None:
-    """Persist compiled XLA programs between runs (tests, sweeps and reruns start faster)."""
+    """Persist compiled XLA programs between runs (``jax.compilation_cache``), under the data cache's ``xla`` folder
+    (``ltrjax.compile_cache``, the one switch every script uses)."""
     if not cfg.get("jax", {}).get("compilation_cache", False):
         return
-    root = cache_dir(cfg) or os.environ.get("LTRJAX_CACHE") or os.path.expanduser("~/.cache/ltrjax")
-    jax.config.update("jax_compilation_cache_dir", os.path.join(root, "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    from ltrjax.compile_cache import default_cache_dir
+    from ltrjax.compile_cache import enable_compilation_cache as enable
+
+    enable(default_cache_dir(cache_dir(cfg)))
 
 
-def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | None = None):
-    """Check ``cfg`` (``ltrjax.schema.validate``: a ``ConfigError`` before any data is loaded), record the resolved
-    config in ``out_dir/resolved_config.yaml``, load the dataset and run the experiment; returns its objective.
-    ``overrides`` are the command line's (``validate`` refuses groups the experiment does not read); relative data
-    paths are taken from ``cwd`` (default: the working directory)."""
+def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
+    """Refuse (``RunFolderError``) a run folder whose results.json another kind of experiment wrote, or whose
+    finished rows (online) or experiment (offline, fidelity) were made with other settings; before any data is
+    loaded. ``experiment.resume=false`` (online) starts the rows afresh, so only the kind is checked."""
+    from ltrjax.report import record
+
+    kind = str(cfg.experiment.kind)
+    if kind in record.ONLINE_KINDS:
+        from ltrjax.runner import row_settings
+
+        if not bool(cfg.experiment.get("resume", True)):
+            record.check_kind(out_dir, record.read_results(out_dir), kind)
+            return
+        record.check_rows(out_dir, kind, {key: row_settings(cfg, key) for key in cfg.algorithms})
+    elif kind == "offline_fidelity":
+        from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES, fidelity_config
+
+        record.check_experiment(out_dir, kind, fidelity_config(cfg), FIDELITY_IGNORES)
+    else:
+        from ltrjax.offline.experiment import RESUME_IGNORES, experiment_config
+
+        old = record.check_experiment(out_dir, kind, experiment_config(cfg), RESUME_IGNORES)
+        saved = ((old or {}).get("record") or {}).get("dataset")
+        if saved is not None:
+            diffs = record.differences({"dataset": saved}, {"dataset": OmegaConf.to_container(cfg.dataset)})
+            if diffs:
+                raise record.refusal(out_dir / record.RESULTS, "the results of an experiment", diffs)
+
+
+def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | None = None, on_accepted=None):
+    """Check ``cfg`` (``ltrjax.schema.validate``: a ``ConfigError`` before any data is loaded), hold the run
+    folder (``ltrjax.report.record.hold_run_folder``: one writer per folder), check its finished results
+    (``check_run_folder``), record the resolved config in ``out_dir/resolved_config.yaml`` (and call
+    ``on_accepted()``: the entry point's ``.hydra/`` copy) only once the run is accepted, load the dataset and run
+    the experiment; returns its objective. ``overrides`` are the command line's (``validate`` refuses groups the
+    experiment does not read); relative data paths are taken from ``cwd`` (default: the working directory)."""
     from ltrjax.data.registry import load_dataset
+    from ltrjax.report.record import hold_run_folder
 
     cfg = validate(cfg, overrides, cwd=cwd or Path.cwd())
-    write_resolved_config(cfg, out_dir)
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
-    enable_compilation_cache(cfg)
-    kind = cfg.experiment.kind
-    if kind in ("online", "online_table"):
-        from ltrjax.runner import run_online
+    out_dir = Path(out_dir)
+    with hold_run_folder(out_dir):
+        check_run_folder(cfg, out_dir)
 
-        queryset = load_dataset(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir(cfg))
-        return run_online(cfg, out_dir, queryset)
-    if kind == "offline_fidelity":  # Vectorization / PRS fidelity (README "Offline fidelity")
-        from ltrjax.offline.fidelity_experiment import run_fidelity
+        def accepted(final_cfg=cfg) -> None:
+            write_resolved_config(final_cfg, out_dir)
+            if on_accepted is not None:
+                on_accepted()
 
-        return run_fidelity(cfg, out_dir)
-    from ltrjax.offline.experiment import run_offline
+        logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
+        enable_compilation_cache(cfg)
+        kind = cfg.experiment.kind
+        if kind in ("online", "online_table"):
+            from ltrjax.runner import run_online
 
-    return run_offline(cfg, out_dir)
+            queryset = load_dataset(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir(cfg))
+            return run_online(cfg, out_dir, queryset, on_accepted=accepted)
+        accepted()
+        if kind == "offline_fidelity":  # Vectorization / PRS fidelity (docs/fidelity.md)
+            from ltrjax.offline.fidelity_experiment import run_fidelity
+
+            return run_fidelity(cfg, out_dir)
+        from ltrjax.offline.experiment import run_offline
+
+        return run_offline(cfg, out_dir)

@@ -2,27 +2,81 @@
 
 The configs are ``conf/`` of the source checkout, or the same files installed as the package data
 ``ltrjax/conf`` (``ltrjax.schema.conf_dir``), so the command works from any directory. A config that
-the schemas refuse (``ltrjax.schema``), missing or malformed data exit with status 2 and one paragraph
-on stderr; so does a composition error Hydra reports itself (an unknown group option, or an override
-of a key that does not exist without ``+``).
+the schemas refuse (``ltrjax.schema``), missing or malformed data, a run folder that cannot take the run
+(``ltrjax.report.record``: not writable, held by another run, or holding results made with other settings)
+exit with status 2 and one paragraph on stderr, also appended to the folder's ``run.log``; so does a
+composition error Hydra reports itself (an unknown group option, or an override of a key that does not exist
+without ``+``). Hydra's ``.hydra/`` copy of the config (``hydra.output_subdir: null`` in ``conf/config.yaml``) is
+written here, once the run is accepted, so a refused rerun leaves a finished run's record as it was.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 from ltrjax.constraints import ConfigError
 from ltrjax.data.errors import DataFormatError, DatasetNotFoundError
+from ltrjax.report.record import RunFolderError, atomic_write
 from ltrjax.schema import conf_dir
 
 log = logging.getLogger("ltrjax")
 _task_started = False  # set once Hydra has composed a config and called the task
+USER_ERRORS = (ConfigError, DatasetNotFoundError, DataFormatError, RunFolderError)
+
+
+def folder_error(folder: Path) -> str | None:
+    """Why ``folder`` cannot be a run folder (it cannot be created or written), else None."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return f"the run folder {folder} cannot be created ({err.strerror or err})"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the run folder {folder} is not writable"
+    return None
+
+
+class RunFolderCheck(Callback):
+    """Hydra callback (``hydra.callbacks.run_folder`` in ``conf/config.yaml``): refuses an unwritable run or sweep
+    folder with one paragraph and status 2 before Hydra opens its log file there (which would end in a traceback)."""
+
+    def _check(self, folder: str) -> None:
+        why = folder_error(Path(folder))
+        if why:
+            print(f"ltrjax: {why}; choose another with hydra.run.dir=FOLDER (hydra.sweep.dir=FOLDER with -m). "
+                  f"Nothing was run.", file=sys.stderr)
+            sys.exit(2)
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(str(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(str(config.hydra.sweep.dir))
+
+
+def write_hydra_copy(cfg: DictConfig, out_dir: Path) -> None:
+    """What Hydra itself writes to ``OUT/.hydra/`` (config.yaml, hydra.yaml, overrides.yaml), atomically."""
+    hydra_cfg = HydraConfig.get()
+    folder = out_dir / ".hydra"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write(folder / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
+    atomic_write(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.overrides.task))
+
+
+def to_run_log(message: str) -> None:
+    """Append ``message`` to the run's log file(s) (Hydra's ``run.log`` handler), not to the console again."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers + log.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
@@ -35,16 +89,27 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        return run_experiment(cfg, out_dir, overrides=list(hydra_cfg.overrides.task), cwd=Path(hydra_cfg.runtime.cwd))
-    except (ConfigError, DatasetNotFoundError, DataFormatError) as err:
+        return run_experiment(cfg, out_dir, overrides=list(hydra_cfg.overrides.task), cwd=Path(hydra_cfg.runtime.cwd),
+                              on_accepted=lambda: write_hydra_copy(cfg, out_dir))
+    except USER_ERRORS as err:
         print(f"ltrjax: {err}", file=sys.stderr)
+        to_run_log(f"ltrjax: {err}")
         sys.exit(2)
+    except KeyboardInterrupt:
+        line = (f"ltrjax: interrupted; the finished trials are kept in {out_dir}: rerun the same command with "
+                f"hydra.run.dir={out_dir} to resume")
+        print(f"\n{line}", file=sys.stderr)
+        to_run_log(line)
+        sys.exit(130)
 
 
 def cli() -> None:
     """``main`` with Hydra's own composition errors (reported before the task starts) exiting 2, not 1."""
     try:
         main()
+    except BrokenPipeError:  # `... --help | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except SystemExit as exit_:
         multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])  # jobs may run in other processes
         if exit_.code == 1 and not _task_started and not multirun:

@@ -38,7 +38,9 @@ from ltrjax.report.online_report import (
     write_report,
     write_simple_report,
 )
+from ltrjax.report.record import git_commit, run_record
 from ltrjax.report.results import ResultsWriter
+from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
 from ltrjax.schema import RESOLVED_CONFIG, algorithm_options, fit_override, policy_class, write_resolved_config  # noqa: F401
 from ltrjax.saved import feature_spec, model_path, save_model
@@ -196,10 +198,33 @@ def run_header(cfg: DictConfig, sim: Simulator, queryset: QuerySet | None) -> di
         "queries_per_split": {s: int(np.sum(data.split_of_query == i)) for i, s in enumerate(("train", "vali", "test"))},
         "data_info": queryset.info if queryset is not None else None,
         "trials": int(cfg.trials),
+        "seed": int(cfg.seed),
         "click_model": OmegaConf.to_container(cfg.click_model, resolve=True),
         "sim": dataclasses.asdict(sim.config),
         "buckets": [list(b.labels.shape) for b in data.buckets],
     }
+
+
+ROW_EXPERIMENT_KEYS = ("kind", "tune", "tune_split", "curve_points", "entry_bins")  # what shapes a row's records
+
+
+def row_settings(cfg: DictConfig, key: str, **sim_overrides) -> dict:
+    """The fully resolved settings that make row ``key`` of ``cfg.algorithms`` (``validate``'s config): the
+    algorithm's options and ``_target_`` (its ``fit`` with ``fit_overrides`` applied), the click model, the
+    protocol (``cfg.sim`` with ``sim_overrides``, without the reporting-only keys), the dataset, the seed and the
+    experiment keys that shape a trial's record. Stored with the row in results.json; a rerun resumes the row only
+    when these are identical (``ltrjax.report.record``). Trials, progress, caches and memory settings are not part
+    of it: they do not change a trial."""
+    from ltrjax.online.simulator import protocol_of
+
+    def plain(node):
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+    sim = {**plain(cfg.sim), **sim_overrides}
+    experiment = plain(cfg.experiment)
+    return {"key": key, "experiment": {k: experiment.get(k) for k in ROW_EXPERIMENT_KEYS},
+            "algorithm": plain(cfg.algorithms[key]), "click_model": plain(cfg.click_model),
+            "sim": protocol_of(sim), "dataset": plain(cfg.get("dataset")), "seed": int(cfg.seed)}
 
 
 def trial_key(cfg: DictConfig, trial: int) -> jax.Array:
@@ -245,7 +270,7 @@ class OnlineRun:
     """Runs (or resumes) every algorithm x trial of one protocol into one output directory."""
 
     def __init__(self, cfg: DictConfig, out_dir: Path, sim: Simulator, header: dict, algorithms: dict,
-                 trials: int, label: str, queryset: QuerySet | None = None):
+                 trials: int, label: str, queryset: QuerySet | None = None, sim_overrides: dict | None = None):
         self.cfg, self.out_dir, self.sim, self.trials, self.label = cfg, Path(out_dir), sim, int(trials), label
         self.algorithms = algorithms
         self.queryset = queryset  # with it, every trial's final parameters go to out_dir/models/ (ltrjax.saved)
@@ -256,7 +281,9 @@ class OnlineRun:
         self.n_points = int(ecfg.get("curve_points", 100))
         self.entry_bins = int(ecfg.get("entry_bins", 10))
         self.progress = bool(cfg.get("progress", True))
-        self.writer = ResultsWriter(self.out_dir, header, METRICS)
+        settings = {result_name(k, a): row_settings(cfg, k, **(sim_overrides or {})) for k, a in algorithms.items()}
+        header = {**header, "record": run_record(str(ecfg.kind))}
+        self.writer = ResultsWriter(self.out_dir, header, METRICS, settings)
         if bool(ecfg.get("resume", True)):
             n = self.writer.resume()
             if n:
@@ -296,13 +323,20 @@ class OnlineRun:
                         break
         shared: dict = {}  # identity -> (row name, TrialResult), kept while a later row needs it
         bar = tqdm(total=sum(len(t) for t in todo.values()), desc=self.label, unit="trial",
-                   disable=not self.progress)
+                   disable=None if self.progress else True)  # None: off when stderr is not a terminal
+        policies = {}  # every row's policy, checked to fit in memory before any simulation
+        for key, trials in todo.items():
+            if trials:
+                acfg = self.algorithms[key]
+                policies[key] = make_policy(result_name(key, acfg), acfg, self.sim.data, self.cfg.get("fit_overrides"),
+                                            key)[0]
+                self.sim.check_fits(policies[key])
         for key, trials in todo.items():
             if not trials:
                 continue
             acfg = self.algorithms[key]
             name = result_name(key, acfg)
-            policy, _ = make_policy(name, acfg, self.sim.data, self.cfg.get("fit_overrides"), key)
+            policy = policies.pop(key)
             grid, ids = plan[key]
             reused = [t for t in trials if all(m in shared for m in ids[t])]
             simulate = [t for t in trials if t not in reused]
@@ -331,6 +365,7 @@ class OnlineRun:
                     record["wall_seconds"] = wall / len(simulate)  # the population's wall time, shared by trials
                     record["population"] = {"members": len(keys), "trials": len(simulate), "grid": len(grid),
                                             "wall_seconds": wall}
+                record["made_by"] = {"version": self.writer.header["record"]["version"], "commit": git_commit()}
                 record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
                 record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
                 save_units(self.units_path(name, trial), self.sim, best)
@@ -400,7 +435,7 @@ def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: OnlineRun) -> dict | N
             header = {**run_header(cfg, sim, None), "entry_prob": eta}
             algorithms = {k: cfg.algorithms[k] for k in keys}
             run = OnlineRun(cfg, out_dir / "eta_sweep" / f"eta_{eta:g}", sim, header, algorithms, trials,
-                           f"η={eta:g}", queryset=main.queryset)
+                           f"η={eta:g}", queryset=main.queryset, sim_overrides={"entry_prob": eta})
             rows = run.run().algorithms
         for name in series:
             for m in METRICS:
@@ -420,12 +455,14 @@ def selected_algorithms(cfg: DictConfig) -> dict:
     return {k: cfg.algorithms[k] for k in only}
 
 
-def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
+def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet, on_accepted=None) -> float:
     """Every algorithm of ``cfg.algorithms`` (``experiment.only``) x ``cfg.trials`` under ``cfg.sim``.
 
     ``experiment.kind == "online"`` writes the plain comparison table, the table kinds the papers'
     report (significance, exploitation ratios, click rates, sweeps). Returns the validation objective
-    (``experiment.objective``: an algorithm key; default ebrank, else the first row).
+    (``experiment.objective``: an algorithm key; default ebrank, else the first row). ``on_accepted`` (if given)
+    is called once the run folder's finished rows are checked (``ResultsWriter.resume``), before any simulation:
+    ``run_experiment`` records the resolved config there, so a refused run rewrites nothing.
     """
     if cfg.get("click_log"):
         raise ValueError(f"click_log={cfg.click_log} is read by experiment=offline only (it trains the offline "
@@ -433,8 +470,6 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     tic = time.perf_counter()
     data = padded_data(cfg, queryset)
     cfg = bm25_fallback(cfg, data)
-    if cfg.get("dataset") is not None and (Path(out_dir) / RESOLVED_CONFIG).exists():
-        write_resolved_config(cfg, out_dir)  # with the BM25 fallback's rows
     sim = build_simulator(cfg, data)
     header = {**run_header(cfg, sim, queryset), "experiment": OmegaConf.to_container(cfg.experiment, resolve=True)}
     algorithms = selected_algorithms(cfg)
@@ -444,13 +479,15 @@ def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet) -> float:
     if int(cfg.trials) < 1:
         raise ValueError(f"trials must be >= 1, got {cfg.trials}")
     main = OnlineRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name, queryset=queryset)
+    if on_accepted is not None:
+        on_accepted(cfg)  # the resolved config with the BM25 fallback's rows
     main.run()
     wall = time.perf_counter() - tic
     main.writer.header["wall_seconds"] = wall
     objective = main.objective(cfg.experiment.get("objective"))
     main.writer.header["objective"] = {"metric": f"cum_ndcg_{main.tune_split}", "value": objective}
     if cfg.experiment.kind == "online":
-        title = f"Online results on {data.name} ({header['sessions']} sessions, {int(cfg.trials)} trials)"
+        title = f"Online results on {data.name} ({header['sessions']} sessions, {trials_phrase(int(cfg.trials))})"
         main.writer.write()
         table = write_simple_report(main, title, wall)
     else:

@@ -182,16 +182,17 @@ def test_online_table_markdown():
     assert "**0.6200 ± 0.0141**" in body["cftopk/W/o-Behav"]
     assert "0.6050 ± 0.0071 ▾" in body["cftopk/W/o-Behav"]
     assert "▾" not in body["ebrank/—"]
-    assert "0.4700 ± 0.0000 ▾" in body["bm25/—"] and body["bm25/—"].rstrip().endswith("| 1 |")
+    assert "| 0.4700 ▾ |" in body["bm25/—"] and body["bm25/—"].rstrip().endswith("| 1 |")  # one trial: no ± 0
+    assert "±" not in body["bm25/—"]
     assert "▾: significantly worse" in text and "p < 0.05" in text and text.rstrip().endswith("MQ2007, 2 trials")
 
 
 def test_exploitation_ratio_markdown():
     text = table.exploitation_ratio_markdown({"cfepsilon@concat": [0.6, 0.7], "pdgd@concat": [0.5]})
     assert "| cfepsilon | W/-Behav (Concat) | 0.650 ± 0.071 | 2 |" in text
-    assert "| pdgd | W/-Behav (Concat) | 0.500 ± 0.000 | 1 |" in text
+    assert "| pdgd | W/-Behav (Concat) | 0.500 | 1 |" in text
     both = table.exploitation_ratio_markdown({"dbgd@concat": {"behaviour": [0.6], "max_nonbehaviour": [0.1]}})
-    assert "x^b ratio | max x^nb ratio" in both and "0.600 ± 0.000 | 0.100 ± 0.000" in both
+    assert "x^b ratio | max x^nb ratio" in both and "| 0.600 | 0.100 | 1 |" in both
 
 
 # --- figures --------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ SESSIONS = 400  # both sides use it; everything else is the shipped protocol (20
 
 
 def readme_snippet(path, sessions):
-    """The documented snippet (docs/_incoming/h-data.md "The Python API equals the command line"), the
+    """The documented snippet (docs/python-api.md "The same as the command line"), the
     session count and trials made small; returns its summary."""
     qs = ltrjax.load_dataset("mq2008", path=path)                      # conf/dataset/mq2008.yaml, as +dataset=mq2008
     click_model = ltrjax.make_click_model({"kind": "pbm", "examination": "log2"}, 5)   # click_model=ebrank_pbm

@@ -48,6 +48,22 @@ def test_sweep_smoke_population_equals_serial(capsys):
     assert len(cums) == 8 and all(0 < c < 200 for c in cums)  # discounted sums of <= 1/(1 - 0.995) NDCGs
     assert out["chunks"] >= 1
     assert out["population_retrains"] == out["serial_retrains"] > 0  # the comparison covers a retrain
+    assert_work_measures(out)
+    assert out["compiles"] == out["population_compiles"] + out["serial_compiles"]
+    assert out["compile_seconds"] == pytest.approx(out["population_compile_seconds"] + out["serial_compile_seconds"])
+
+
+def assert_work_measures(out):
+    """The issue-22 measures every online benchmark reports: compiles, doc-slot occupancy, alpha sharing."""
+    assert isinstance(out["compiles"], int) and out["compiles"] >= 0 and out["compile_seconds"] >= 0
+    assert isinstance(out["compile_cache_hits"], int) and out["compile_cache_hits"] >= 0
+    assert out["compiles"] + out["compile_cache_hits"] > 0  # the run asked XLA for programs
+    assert out["compilation_cache"]  # the persistent cache is on (the tests' folder, tests/conftest.py)
+    assert 0 < out["doc_slot_occupancy"] <= 1
+    assert out["segment_width_shapes"] >= 1
+    sharing = out["alpha_sharing"]
+    assert sharing["members"] == 7 and positive(sharing["one_member_seconds"]) and positive(sharing["members_seconds"])
+    assert out["alpha_seconds_7_over_1"] == pytest.approx(sharing["members_seconds"] / sharing["one_member_seconds"])
 
 
 def test_retrain_smoke(capsys):
@@ -83,6 +99,8 @@ def test_end_to_end_smoke(capsys):
     assert out["wall_seconds"] >= out["run_seconds"]
     assert 0 < out["cum_ndcg"] < 200
     assert 0 <= out["warm_ndcg"] <= 1 and 0 <= out["cold_ndcg"] <= 1
+    assert_work_measures(out)
+    assert out["compile_share"] == pytest.approx(out["compile_seconds"] / out["wall_seconds"])
 
 
 def test_sessions_per_sec_smoke(capsys):

@@ -34,5 +34,5 @@ def test_offline_rerun_skips_finished_trials(tmp_path, monkeypatch):
     seeds.clear()
     experiment.run_offline(_cfg(2), tmp_path / "run", queryset=qs)  # everything finished: nothing runs
     assert seeds == []
-    with pytest.raises(ValueError, match="experiment.n_sessions = 5000, this run has 6000; use another output"):
+    with pytest.raises(ValueError, match="experiment.n_sessions: 5000 → 6000.*another folder"):
         experiment.run_offline(_cfg(2, n_sessions=6_000), tmp_path / "run", queryset=qs)

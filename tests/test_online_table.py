@@ -108,7 +108,7 @@ def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
 
     # a results file of another protocol is refused instead of being mixed in
     other = OmegaConf.merge(table_cfg, {"sim": {"entry_prob": 0.5}})
-    with pytest.raises(ValueError, match="another output directory"):
+    with pytest.raises(ValueError, match="sim.entry_prob: 1.0 → 0.5.*another folder"):
         runner.run_online(other, tmp_path, queryset)
 
 
@@ -168,5 +168,5 @@ def test_reporting_keys_do_not_change_the_protocol(tmp_path):
     old = {"dataset": "toy", "sim": sim, "algorithms": {}}
     (tmp_path / "results.json").write_text(json.dumps(old))
     assert ResultsWriter(tmp_path, {"dataset": "toy", "sim": {**sim, "history_splits": "test"}}, METRICS).resume() == 0
-    with pytest.raises(ValueError, match="another output directory"):
+    with pytest.raises(ValueError, match="sim.entry_prob: 1.0 → 0.5.*another folder"):
         ResultsWriter(tmp_path, {"dataset": "toy", "sim": {**sim, "entry_prob": 0.5}}, METRICS).resume()

@@ -50,7 +50,7 @@ def test_trials_reuse_compiled_segments(sim):
     policy, _ = make_policy("ebrank", algorithm_config("ebrank"), sim.data)
     for seed in range(3):
         sim.run(policy, jax.random.PRNGKey(seed), progress=False)
-    assert compiled(policy)["segment"]._cache_size() == 1
+    assert compiled(policy)["segment"]._cache_size() <= sim.width_shapes()  # one per per-segment width tuple
 
 
 def test_fit_overrides_large_replace_only_matching_fit_fields(sim):

@@ -106,7 +106,8 @@ def check_population(sim, policy, keys, hypers, solo, max_members=None):
     chunk = sim.chunk_size(len(keys), max_members, policy)
     assert chunk <= (max_members or len(keys))
     assert population[0].timings["members"] == chunk
-    assert programs._cache_size() - before <= (chunk != 1)  # at most the chunk's own shape, never the short one
+    # at most the chunk's own shape per segment width (step.narrow_segment), never the short one
+    assert programs._cache_size() - before <= (chunk != 1) * sim.width_shapes()
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def ebrank(sim):
     keys, hypers, solo = solo_runs(sim, policy, [{"epsilon": 0.0}, None, policy.make_hyper(epsilon=200.0)])
     assert all(float(r.hyper.epsilon) == e for r, e in zip(solo, [0.0, 20.0, 200.0] * 2))
     assert all(sum(not i.get("skipped") for i in r.train_info) >= 1 for r in solo)  # the priors retrained
-    assert compiled(policy)["segment"]._cache_size() == 1  # the six trials reuse one program
+    # the six trials reuse one program per per-segment width tuple (Simulator.segment_widths)
+    assert compiled(policy)["segment"]._cache_size() == sim.width_shapes()
     return policy, keys, hypers, solo
 
 
@@ -299,3 +301,54 @@ def test_narrowed_rows_equal_full_rows():
             for x, y in zip(jax.tree_util.tree_leaves(sa), jax.tree_util.tree_leaves(sb)):
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         np.testing.assert_equal(a.eval_history, b.eval_history)  # NaN (splits not evaluated) equal NaN
+
+
+@pytest.mark.parametrize("hidden", [(), (8,)])
+def test_block_alpha_is_bit_identical_alone_and_in_any_population(sim, hidden):
+    """EBRank's prior alpha for a population (``prepare_population``: members in fixed blocks of
+    ``MEMBER_BLOCK``, one product over the shared features per block) equals each member's alpha computed
+    alone (``prepare``), bit for bit, for populations smaller, equal and larger than a block and at any position;
+    and it differs from the plain per-member product only by float32 rounding (the documented block rounding)."""
+    from ltrjax.online.policies.ebrank import MEMBER_BLOCK
+
+    policy = EBRank(sim.data, hidden=hidden)
+    bucket = sim.data.buckets[0]
+    members = [jax.tree_util.tree_map(lambda a, i=i: a * (1.0 + 0.1 * i) + 0.01 * i,
+                                      policy.init(jax.random.PRNGKey(i), sim.data)) for i in range(11)]
+    solo = [np.asarray(jax.jit(policy.prepare)(m, bucket)) for m in members]
+    assert len({s.tobytes() for s in solo}) == len(members)  # distinct members
+    stack = lambda ms: jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ms)  # noqa: E731
+    population = jax.jit(lambda p: policy.prepare_population(p, bucket, None))
+    for size in (1, 7, MEMBER_BLOCK, MEMBER_BLOCK + 3):
+        order = np.random.RandomState(size).permutation(len(members))[:size]
+        got = np.asarray(population(stack([members[i] for i in order])))
+        assert got.shape == (size,) + bucket.labels.shape
+        for position, i in enumerate(order):
+            np.testing.assert_array_equal(got[position], solo[i], err_msg=f"member {i} at {position} of {size}")
+    plain = np.asarray(policy.model.apply(members[3]["prior"], bucket.features))
+    np.testing.assert_allclose(solo[3], plain, rtol=1e-5, atol=0)
+
+
+def test_evaluation_reuses_the_segment_prior(sim):
+    """Evaluation from the segment's entry-order alpha (``population_segment``'s third output,
+    ``scores_from_prepared``) equals recomputing it from the parameters (``test_scores``), bit for bit."""
+    policy = EBRank(sim.data, min_impressions=0)
+    assert policy.test_from_prepare
+    keys = [KEYS[0], KEYS[1]]
+    states, n = sim.simulate_frozen(policy, keys, [{"epsilon": 1.0}, {"epsilon": 50.0}], n_sessions=120)
+    assert n == 120
+    params = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[policy.init(jax.random.PRNGKey(i), sim.data)
+                                                               for i in range(2)])
+    prepared = [policy.prepare_population(params, b, None) for b in sim.data.buckets]
+    for b, bucket in enumerate(sim.data.buckets):
+        aux = jax.vmap(lambda a, s: to_entry_order(a, s))(prepared[b], states[b])
+        args = (sim.protocol, params, states[b], bucket, sim.gains[b], sim.idcg[b])
+        recomputed = compiled(policy)["evaluate"](*args, None)
+        reused = compiled(policy)["evaluate"](*args, aux)
+        assert np.isfinite(np.asarray(recomputed[0])).all()
+        for x, y in zip(recomputed, reused):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        rows = jnp.asarray(np.arange(0, bucket.n_queries, 2), jnp.int32)
+        for x, y in zip(compiled(policy)["evaluate_rows"](*args, rows, None),
+                        compiled(policy)["evaluate_rows"](*args, rows, aux)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -29,6 +29,7 @@ from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import (LoggedLists, chunk_size, log_click_stats, pad_positions,
                                     randomization_propensities, top_k_lists)
 from ltrjax.offline.train import fit
+from ltrjax.report.record import check_experiment, experiment_record, write_results
 from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
@@ -399,22 +400,13 @@ RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_model
 def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list[dict], list[dict]]:
     """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
 
-    A file written for another dataset or configuration (other than the trial count) is refused.
+    A file written for another dataset or configuration (other than the trial count) is refused
+    (``ltrjax.report.record.RunFolderError``).
     """
-    path = out_dir / "results.json"
-    if not path.exists():
+    settings = _jsonable({k: v for k, v in as_mapping(exp).items()})
+    old = check_experiment(out_dir, exp.kind, settings, RESUME_IGNORES, getattr(qs, "name", "?"))
+    if old is None:
         return [], []
-    try:
-        old = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
-    mine = _jsonable({k: v for k, v in as_mapping(exp).items() if k not in RESUME_IGNORES})
-    theirs = {k: v for k, v in (old.get("config") or {}).items() if k not in RESUME_IGNORES}
-    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    if old.get("dataset") != getattr(qs, "name", "?") or differ:
-        what = f"experiment.{differ[0]} = {theirs.get(differ[0])!r}, this run has {mine.get(differ[0])!r}" if differ \
-            else f"dataset {old.get('dataset')!r}, this run has {getattr(qs, 'name', '?')!r}"
-        raise ValueError(f"{path} was written for {what}; use another output directory (hydra.run.dir=...)")
     infos = list(old.get("trials_info") or [])
     trials = [{name: entry["trials"][t] for name, entry in old["algorithms"].items() if t < len(entry["trials"])}
               for t in range(len(infos))]
@@ -455,9 +447,10 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
             writer.close()
 
 
-def _results(trials, infos, exp: OfflineConfig, qs) -> dict:
+def _results(trials, infos, exp: OfflineConfig, qs, cfg=None) -> dict:
     return {"algorithms": summarize(trials, exp.estimators), "dataset": getattr(qs, "name", "?"),
             "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
+            "record": experiment_record(exp.kind, cfg),
             "training": {name: trials[-1][name].get("schedule") for name in exp.estimators
                          if trials and name in trials[-1]}}
 
@@ -495,8 +488,8 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         res = _run_trial(trial, exp, qs, out_dir, t, click_log)
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
-        (out_dir / "results.json").write_text(json.dumps(_jsonable(_results(trials, infos, exp, qs)), indent=1))
-    results = _results(trials, infos, exp, qs)
+        write_results(out_dir, _jsonable(_results(trials, infos, exp, qs, cfg)))
+    results = _results(trials, infos, exp, qs, cfg)
     source = f"click log {exp.click_log}" if exp.click_log else protocol_line(exp, infos)
     md = markdown_table(results["algorithms"], f"{results['dataset']}: {exp.click_model.mapping()}, "
                         f"{source}, {len(trials)} trials")

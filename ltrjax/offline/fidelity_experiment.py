@@ -20,9 +20,7 @@ schedule (``FidelityConfig.train``: best validation NDCG@10 within a fixed step 
 
 from __future__ import annotations
 
-import json
 import pathlib
-import subprocess
 import time
 
 import numpy as np
@@ -31,6 +29,7 @@ from ltrjax.offline import estimator_api
 from ltrjax.offline import experiment as E
 from ltrjax.offline import fidelity as F
 from ltrjax.offline.config import FidelityConfig, OfflineConfig, as_mapping, from_mapping, is_oracle, override
+from ltrjax.report.record import check_experiment, experiment_record, git_commit, write_results
 
 # The papers' numbers (NDCG@10). Vectorization Table 1 (Yahoo!, TianGong clicks, 8 runs), Table 2 (trust bias).
 PAPER = {
@@ -507,13 +506,7 @@ def plot(results: dict, out_dir: pathlib.Path) -> None:
         fig.savefig(out_dir / "d_sweep.png", dpi=120)
 
 
-def _commit() -> str:
-    root = pathlib.Path(__file__).resolve().parents[2]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root,
-                              check=False).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+RESUME_IGNORES = ("trials", "progress")  # a rerun recomputes every part; other settings are refused (ltrjax.report.record)
 
 
 def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
@@ -522,6 +515,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else E.load_queryset(cfg, base_offline(fx, "linear"))
+    check_experiment(out_dir, "offline_fidelity", E._jsonable(as_mapping(fx)), RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     vec_reason = vectorization_untestable(qs)
     header = {"dataset": f"{getattr(qs, 'name', '?')} ({int(qs.n_queries)} queries, {int(qs.y_max) + 1} grades)",
@@ -531,8 +525,9 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
                            f"per logged query, {fx.prs.max_steps} steps for every estimator; Vectorization: "
                            f"production top-{fx.vectorization.list_size}, {fx.vectorization.n_sessions} sessions; "
                            f"one schedule for every estimator of a table: {fx.train} (results.json 'training')"),
-              "seed": fx.seed, "trials": fx.trials, "commit": _commit()}
+              "seed": fx.seed, "trials": fx.trials, "commit": git_commit() or "unknown (not a git checkout)"}
     results = {"dataset": getattr(qs, "name", "?"), "header": header, "claims": [], "config": as_mapping(fx),
+               "record": experiment_record("offline_fidelity", cfg),
                "training": {}, "sizes": {"trials": int(fx.trials), "n_queries": int(qs.n_queries)}}
     parts = {}
 
@@ -543,7 +538,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
                                                     "vectorization" in fx.parts else "the Vectorization part was not "
                                                                                      "run (experiment.parts)")
                              + [vector_eh_claim(parts.get("vector_eh"), fx)])
-        (out_dir / "results.json").write_text(json.dumps(E._jsonable(results), indent=1))
+        write_results(out_dir, E._jsonable(results))
         (out_dir / "results.md").write_text(markdown(E._jsonable(results)))
 
     if "prs" in fx.parts and fx.prs.estimators:

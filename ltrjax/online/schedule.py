@@ -91,3 +91,45 @@ def lane_schedule(rows: np.ndarray, n_lanes: int) -> np.ndarray:
     schedule = np.full((int(step.max()) + 1, n_lanes), -1, np.int64)
     schedule[step, lane_sorted] = by_lane
     return schedule
+
+
+def entered_counts(draws: SessionDraws, initial: np.ndarray, n_docs: np.ndarray) -> np.ndarray:
+    """The entered documents each session ranks over (after its own entry), ``[n]``: for a session of query q,
+    min(initial[q] + q's entering sessions up to and including it, n_docs[q]) (``initial``/``n_docs`` per global
+    query; a query's count grows by one per entry and stops at its document count)."""
+    n = len(draws)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((np.arange(n), draws.query))  # by query, then time
+    enter = draws.enter[order].astype(np.int64)
+    cumulative = np.cumsum(enter)
+    query_sorted = draws.query[order]
+    first = np.r_[True, query_sorted[1:] != query_sorted[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    before_group = np.where(group_start > 0, cumulative[group_start - 1], 0)
+    out = np.empty(n, np.int64)
+    out[order] = np.minimum(initial[query_sorted] + cumulative - before_group, n_docs[query_sorted])
+    return out
+
+
+def width_ladder(need: int, cap: int) -> int:
+    """The smallest rung of 8, 12, 16, 24, 32, 48, ... (2^k and 1.5 * 2^k, k >= 3) that holds ``need`` entry slots,
+    at most ``cap``: scanned widths within 1.5x of what is needed, with few distinct shapes to compile."""
+    rung = 8
+    while rung < need:
+        rung = rung * 3 // 2 if rung & (rung - 1) == 0 else rung * 4 // 3
+    return int(min(rung, cap))
+
+
+def doc_slot_occupancy(plans: list[list[np.ndarray]], entered: list[np.ndarray], widths: list[tuple[int, ...]]
+                       ) -> float:
+    """Entered-document evaluations / scanned document slots of a phase (issue 22): ``plans[s][b]`` is segment s's
+    lane schedule of bucket b ``[steps, lanes]`` (segment-local session index, -1 idle), ``entered[s]`` the entered
+    count each of the segment's sessions ranks over (``entered_counts``), ``widths[s][b]`` the entry slots the
+    segment scans in bucket b. Every lane of every step scans its bucket's width, busy or idle."""
+    useful = scanned = 0
+    for plan, counts, width in zip(plans, entered, widths):
+        for schedule, w in zip(plan, width):
+            useful += int(counts[schedule[schedule >= 0]].sum())
+            scanned += schedule.size * int(w)
+    return useful / scanned if scanned else float("nan")

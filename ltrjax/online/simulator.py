@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -40,9 +41,12 @@ from ltrjax.data.queryset import TEST
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
-from ltrjax.online.schedule import SessionDraws, draw_sessions, lane_schedule, padded_steps, update_points
+from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
+                                    padded_steps, update_points, width_ladder)
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
                                  init_bucket_state)
+
+log = logging.getLogger("ltrjax")
 
 SPLITS = ("train", "vali", "test")
 
@@ -182,6 +186,16 @@ class PreparedSegment:
     widths: tuple | None = None  # per bucket: entry slots the segment program advances (None: every slot)
 
 
+def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
+    """The fewest lanes (at most ``most``) whose ``lane_schedule`` of every segment's sessions (their bucket rows)
+    fits into ``steps`` steps: from the sessions per step of the busiest segment upwards."""
+    busiest = max((len(r) for r in segment_rows), default=0)
+    lanes = max(1, min(most, -(-busiest // max(steps, 1))))
+    while lanes < most and any(len(r) and lane_schedule(r, lanes).shape[0] > steps for r in segment_rows):
+        lanes = min(most, max(lanes + 1, int(lanes * 1.05)))
+    return lanes
+
+
 def trial_keys(key: jax.Array) -> TrialKeys:
     return TrialKeys(*jax.random.split(key, 5))
 
@@ -259,8 +273,8 @@ def compiled(policy: Policy) -> dict[str, Callable]:
         programs = {
             # states are donated: the scan updates their buffers in place instead of copying them
             "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
-            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None))),
-            "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None))),
+            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0))),
+            "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
         }
         policy.__dict__["_ltrjax_programs"] = programs
@@ -279,6 +293,11 @@ def physical_memory() -> int:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 8 << 30
+
+
+def size_text(n_bytes: float) -> str:
+    """``n_bytes`` in MiB below a GiB, else in GiB."""
+    return f"{n_bytes / (1 << 20):.1f} MiB" if n_bytes < 1 << 30 else f"{n_bytes / (1 << 30):.2f} GiB"
 
 
 def available_memory() -> int:
@@ -332,6 +351,9 @@ class Simulator:
                         config.max_lanes)) for b in data.buckets
         )
         self._steps: dict[str, int] = {}
+        self._lanes: dict[str, tuple[int, ...]] = {}  # per phase: lanes per bucket (``plan``)
+        self._widths: dict[int, list[tuple[int, ...]]] = {}  # per segment count: widths (``segment_widths``)
+        self._width_shapes: set[tuple[int, ...]] = set()
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
 
     # ------------------------------------------------------------------ plans and draws
@@ -358,11 +380,25 @@ class Simulator:
         """Lane schedules of every segment and bucket, padded to one step count: entry ``[step, lane]``
         is the segment-local index of the session that lane runs, or -1 when it is idle.
 
-        One shape means one compilation per policy; the step count is also remembered per phase,
-        so later trials (other draws) reuse the shape instead of recompiling.
+        One shape means one compilation per policy; the step count and the lanes per bucket are also remembered
+        per phase, so later trials (other draws) reuse the shape instead of recompiling. The step count comes from
+        the configured lanes (``n_lanes``); then every bucket keeps only as many lanes as its busiest segment needs
+        to fit into that step count (``fitted_lanes``), so small buckets do not scan idle lanes.
         """
+        rows = [[self.data.row_of_query[draws.query[np.flatnonzero(self.data.bucket_of_query[draws.query] == b)]]
+                 for b in range(len(self.data.buckets))] for draws in segments]
+        lanes = self._lanes.get(phase)
+        steps = self._steps.get(phase, 0)
+        if lanes is None or any(len(r[b]) and lane_schedule(r[b], lanes[b]).shape[0] > steps
+                                for r in rows for b in range(len(r))):
+            needed = max((lane_schedule(r[b], self.n_lanes[b]).shape[0] for r in rows for b in range(len(r))
+                          if len(r[b])), default=1)
+            steps = max(steps, padded_steps(needed))  # the ladder leaves headroom for other trials' draws
+            lanes = tuple(fitted_lanes([r[b] for r in rows], self.n_lanes[b], steps)
+                          for b in range(len(self.data.buckets)))
+            self._steps[phase], self._lanes[phase] = steps, lanes
         plans = []
-        for draws in segments:
+        for draws, per_bucket in zip(segments, rows):
             bucket_of = self.data.bucket_of_query[draws.query]
             plan = []
             for b in range(len(self.data.buckets)):
@@ -370,17 +406,13 @@ class Simulator:
                 if members.size == 0:
                     plan.append(None)
                     continue
-                schedule = lane_schedule(self.data.row_of_query[draws.query[members]], self.n_lanes[b])
+                schedule = lane_schedule(per_bucket[b], lanes[b])
                 plan.append(np.where(schedule >= 0, members[np.maximum(schedule, 0)], -1))  # segment-local
             plans.append(plan)
-        needed = max((p[b].shape[0] for p in plans for b in range(len(p)) if p[b] is not None), default=1)
-        if needed > self._steps.get(phase, 0):
-            self._steps[phase] = padded_steps(needed)  # the ladder leaves headroom for other trials' draws
-        steps = self._steps[phase]
         for p in plans:
             for b, schedule in enumerate(p):
                 if schedule is None:
-                    p[b] = np.full((steps, self.n_lanes[b]), -1, np.int64)
+                    p[b] = np.full((steps, lanes[b]), -1, np.int64)
                 elif schedule.shape[0] < steps:
                     pad = np.full((steps - schedule.shape[0], schedule.shape[1]), -1, schedule.dtype)
                     p[b] = np.concatenate([schedule, pad])
@@ -468,7 +500,9 @@ class Simulator:
         keys = list(keys)
         hypers = resolve_hypers(policy, hypers, len(keys))
         size = self.chunk_size(len(keys), max_members, policy)
+        self.announce(policy, len(keys), size)
         results = []
+        tic = time.perf_counter()
         for start in range(0, len(keys), size):
             chunk_keys, chunk_hypers = keys[start:start + size], hypers[start:start + size]
             n_real = len(chunk_keys)
@@ -476,7 +510,34 @@ class Simulator:
                 chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
                 chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
             results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs)[:n_real]
+            if start == 0 and len(keys) > size:
+                spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
+                left = spent * (len(keys) - size) / size
+                log.info("%s: first chunk of %d members in %.0f s; about %.0f s (%.1f min) left for the other %d "
+                         "members", policy.name, size, spent, left, left / 60, len(keys) - size)
         return results
+
+    def check_fits(self, policy: Policy) -> int:
+        """The estimated bytes of one member of ``policy`` (``member_bytes``); ``ConfigError`` on
+        ``population.memory_gb`` when even the smallest chunk, a single member, does not fit the memory budget."""
+        per_member = self.member_bytes(policy)
+        gib = 1 << 30
+        if per_member > self.memory_budget:
+            raise ConfigError("population.memory_gb", float(f"{self.memory_budget / gib:.3g}"),
+                              f"one member of {policy.name} needs about {per_member / (1 << 20):.1f} MiB (estimated: "
+                              f"simulator state, one segment of sessions and the policy's per-member values) and "
+                              f"the smallest chunk is one member; raise population.memory_gb (null: half the "
+                              f"available memory), or reduce the dataset or sim.sessions")
+        return per_member
+
+    def announce(self, policy: Policy, n_members: int, size: int) -> None:
+        """Log a population's plan (members, chunks, memory per member and per chunk against the budget);
+        refuse one whose smallest chunk does not fit (``check_fits``)."""
+        per_member = self.check_fits(policy)
+        n_chunks = -(-n_members // size)
+        log.info("%s: %d members in %d chunk%s of %d; about %s per member, %s per chunk (budget %s)", policy.name,
+                 n_members, n_chunks, "" if n_chunks == 1 else "s", size, size_text(per_member),
+                 size_text(per_member * size), size_text(self.memory_budget))
 
     def simulate_frozen(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None,
                         n_sessions: int | None = None) -> tuple[list[BucketState], int]:
@@ -493,34 +554,37 @@ class Simulator:
         hyper = self._shard(stack_members(hypers))
         initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
+        points = update_points(n_main, self.config.n_segments)
         _, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
-                                       trial_of, self.reachable_widths(mains))
+                                       trial_of, self.segment_widths(mains, points))
         return states, n_main
 
     def _run_segments(self, policy: Policy, params, hyper, states, segments: list, plans: list, run_keys: list,
-                      trial_of: np.ndarray, widths: tuple | None, before: Callable | None = None,
+                      trial_of: np.ndarray, widths: list | None, before: Callable | None = None,
                       after: Callable | None = None, timings: dict | None = None):
         """Every segment of a phase (warm-up or main), for every member: the one simulation loop (``_run_members``;
         ``simulate_frozen`` and the warm-up use it without hooks). The next segment's host work (``_prepare``) runs
         while the device runs the current one. ``before(i, params) -> params`` runs before segment i is launched
         (e.g. a new dropout mask), ``after(i, params, states, outputs) -> params`` once its outputs are collected
         (evaluation, logging, retraining); the time of everything but ``after`` is added to
-        ``timings["simulate"]``. Returns the final (params, states)."""
-        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths)
+        ``timings["simulate"]``. ``widths[i]``: segment i's entry slots per bucket (``segment_widths``; None: all).
+        Returns the final (params, states)."""
+        widths = widths or [None] * len(segments)
+        upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths[0])
         for i in range(len(segments)):
             tic = time.perf_counter()
             if before is not None:
                 params = before(i, params)
             segment = upcoming
-            states, ys = self._launch(policy, params, hyper, states, segment)
+            states, ys, prepared = self._launch(policy, params, hyper, states, segment)
             states = list(states)
             if i + 1 < len(segments):  # host work for the next segment while the device runs this one
-                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths)
+                upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths[i + 1])
             outputs = self._collect(ys, segment)
             if timings is not None:
                 timings["simulate"] += time.perf_counter() - tic
             if after is not None:
-                params = after(i, params, states, outputs)
+                params = after(i, params, states, outputs, prepared)
         return params, jax.block_until_ready(states)
 
     def _shard(self, tree):
@@ -548,6 +612,59 @@ class Simulator:
             widths.append(int(min(bucket.width, -(-need // 32) * 32)))
         return tuple(widths)
 
+    def segment_widths(self, runs: list[SessionDraws], stops: np.ndarray) -> list[tuple[int, ...]]:
+        """Per segment (``stops[s]``: its last session, inclusive) and bucket, how many entry slots the documents of
+        any query can fill by the segment's end in these sessions (each trial's phase): the most initial documents
+        plus the most entering sessions of one query so far, plus K, on the ``width_ladder`` (few shapes to
+        compile), at most the bucket's width. A segment scans only these slots (``step.narrow_segment``). Like the
+        step count, the widths are remembered per segment count and only ever grow, so later trials reuse the
+        compiled shapes unless their draws need wider rows."""
+        queries = [np.asarray(b.query_index) for b in self.data.buckets]
+        out = []
+        for stop in stops:
+            entering = np.zeros(self.data.n_queries, np.int64)
+            for draws in runs:
+                upto = draws.slice(0, int(stop) + 1)
+                entering = np.maximum(entering, np.bincount(upto.query[upto.enter], minlength=self.data.n_queries))
+            out.append(tuple(
+                width_ladder(self.config.initial_docs[1] + (int(entering[q].max()) if len(q) else 0)
+                             + self.config.top_k, bucket.width)
+                for q, bucket in zip(queries, self.data.buckets)))
+        before = self._widths.get(len(stops), out)
+        out = [tuple(max(a, b) for a, b in zip(x, y)) for x, y in zip(out, before)]
+        self._widths[len(stops)] = out
+        self._width_shapes.update(out)
+        return out
+
+    def width_shapes(self) -> int:
+        """How many distinct per-segment width tuples (segment programs of a narrowing policy) runs used so far."""
+        return len(self._width_shapes)
+
+    def doc_slot_occupancy(self, policy: Policy, keys: Sequence[jax.Array]) -> float:
+        """Entered-document evaluations / scanned document slots (lanes x steps x width, every bucket and segment)
+        of the main phase of ``keys``' trials, from their plans and initial states (``schedule.doc_slot_occupancy``;
+        deterministic, nothing is simulated). A policy without ``narrow_rows`` scans every slot."""
+        _, trials = group_trials(keys)
+        mains = [self.session_plan(t.plan)[1] for t in trials]
+        n_main = len(mains[0])
+        points, starts, segments, plans = self.main_segments(mains, n_main)
+        widths = (self.segment_widths(mains, points) if policy.narrow_rows
+                  else [tuple(b.width for b in self.data.buckets)] * len(points))
+        n_docs = np.zeros(self.data.n_queries, np.int64)
+        for b in self.data.buckets:
+            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
+        all_plans, all_entered, all_widths = [], [], []
+        for t, trial in enumerate(trials):
+            initial = np.zeros(self.data.n_queries, np.int64)
+            for b, state in zip(self.data.buckets, self.init_states(trial.init)):
+                initial[np.asarray(b.query_index)] = np.asarray(state.n_entered)[:-1]
+            entered = entered_counts(mains[t].slice(0, n_main), initial, n_docs)
+            for s in range(len(points)):
+                all_plans.append(plans[s][t])
+                all_entered.append(entered[starts[s]:points[s] + 1])
+                all_widths.append(widths[s])
+        return doc_slot_occupancy(all_plans, all_entered, all_widths)
+
     def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray,
                  widths: tuple | None = None) -> PreparedSegment:
         """The host side of one segment of every member (``draws``/``plans``/``run_keys`` per trial): scan
@@ -563,7 +680,8 @@ class Simulator:
                                trial_of=trial_of, widths=widths)
 
     def _launch(self, policy: Policy, params, hyper, states, segment: PreparedSegment):
-        """Dispatch one prepared segment (asynchronously): returns the new states and the device outputs."""
+        """Dispatch one prepared segment (asynchronously): returns the new states, the device outputs and the
+        segment's ``prepare`` output for evaluation (``step.population_segment``)."""
         widths = segment.widths if policy.narrow_rows else None
         return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
                                            self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys,
@@ -593,23 +711,26 @@ class Simulator:
                     jax.tree_util.tree_map(lambda acc, r: acc.__setitem__(sel, r[rows][:, valid]), records, out.record)
         return ndcg, shown, clicked, records
 
-    def _evaluate(self, policy: Policy, params, states, test_only: bool = False) -> dict[str, np.ndarray]:
+    def _evaluate(self, policy: Policy, params, states, test_only: bool = False, prepared=None
+                  ) -> dict[str, np.ndarray]:
         """Warm/Cold NDCG@K per member and global query ``[P, n_queries]``; with ``test_only`` only the test
-        queries are evaluated (the others are NaN)."""
+        queries are evaluated (the others are NaN). ``prepared``: per bucket the last segment's ``prepare`` output
+        for these ``params`` (``_launch``), reused instead of recomputed (None: recomputed)."""
         n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
         out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
         launched = []  # every bucket is dispatched before the first result is waited for
         for b, bucket in enumerate(self.data.buckets):
             query = np.asarray(bucket.query_index)
+            aux = None if prepared is None else prepared[b]
             if test_only:
                 rows = self.test_rows[b]
                 if not len(rows):
                     continue
                 launched.append((query[rows], compiled(policy)["evaluate_rows"](
-                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows)))
+                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows, aux)))
             else:
                 launched.append((query, compiled(policy)["evaluate"](self.protocol, params, states[b], bucket,
-                                                                     self.gains[b], self.idcg[b])))
+                                                                     self.gains[b], self.idcg[b], aux)))
         for query, (warm, cold) in launched:
             out["warm"][:, query] = np.asarray(warm)
             out["cold"][:, query] = np.asarray(cold)
@@ -650,7 +771,7 @@ class Simulator:
             warmups = [d[0] for d in draws]
             _, initial = self._run_segments(warm_policy, warm_params, warm_hyper, initial, [warmups],
                                             [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
-                                            self.reachable_widths(warmups))
+                                            [self.reachable_widths(warmups)])
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
         timings["simulate"] += time.perf_counter() - tic
 
@@ -671,20 +792,21 @@ class Simulator:
         history: list[list[dict]] = [[] for _ in range(n_members)]
         per_query = None
         bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
-                   unit="sess", disable=not progress, leave=False)
+                   unit="sess", disable=None if progress else True, leave=False)  # None: off on non-TTY
 
         def refresh(i, params):
             return compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
                 jax.random.fold_in(t.policy, 1), i)), params)
 
-        def after(i, params, states, outputs):
+        def after(i, params, states, outputs, prepared):
             nonlocal pending, per_query
             nd, shown, clicked, record = outputs
             start, stop = starts[i], points[i] + 1
             session_ndcg[:, start:stop] = nd
             tic = time.perf_counter()
             last = i == len(segments) - 1
-            per_query = self._evaluate(policy, params, states, test_only=not last and cfg.history_splits == "test")
+            per_query = self._evaluate(policy, params, states, test_only=not last and cfg.history_splits == "test",
+                                       prepared=prepared)
             for m in range(n_members):
                 history[m].append(self.split_means({k: v[m] for k, v in per_query.items()}))
             timings["evaluate"] += time.perf_counter() - tic
@@ -709,8 +831,8 @@ class Simulator:
             return params
 
         params, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
-                                            trial_of, self.reachable_widths([d[1] for d in draws]), before=refresh,
-                                            after=after, timings=timings)
+                                            trial_of, self.segment_widths([d[1] for d in draws], points),
+                                            before=refresh, after=after, timings=timings)
         bar.close()
 
         results = []

@@ -84,10 +84,14 @@ def policy_key(run_key: jax.Array, session) -> jax.Array:
 
 
 def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket: Bucket, gains: jax.Array,
-                      idcg: jax.Array) -> SegmentConstants:
-    """The frozen per-segment values of one bucket; ``prepare`` sees the counters at the segment start."""
-    behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
-    aux = jax.tree_util.tree_map(lambda a: to_entry_order(a, state), policy.prepare(params, bucket, behaviour))
+                      idcg: jax.Array, prepared=None) -> SegmentConstants:
+    """The frozen per-segment values of one bucket; ``prepare`` sees the counters at the segment start.
+    ``prepared``: the policy's ``prepare`` output (dataset order) when already computed (a population's
+    ``prepare_population``); None: ``prepare`` is called here."""
+    if prepared is None:
+        behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
+        prepared = policy.prepare(params, bucket, behaviour)
+    aux = jax.tree_util.tree_map(lambda a: to_entry_order(a, state), prepared)
     pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
     return SegmentConstants(aux=aux, hyper=hyper, params=params, gains=to_entry_order(gains, state),
                             labels=to_entry_order(bucket.labels, state), idcg=pad(idcg), n_docs=pad(bucket.n_docs),
@@ -185,10 +189,11 @@ def _scan_body(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstant
 
 def all_segment_constants(policy: Policy, params, hyper, states: tuple[BucketState, ...],
                           buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...],
-                          idcg: tuple[jax.Array, ...]) -> tuple[SegmentConstants, ...]:
-    """``segment_constants`` of every bucket."""
-    return tuple(segment_constants(policy, params, hyper, s, b, g, i)
-                 for s, b, g, i in zip(states, buckets, gains, idcg))
+                          idcg: tuple[jax.Array, ...], prepared: tuple | None = None) -> tuple[SegmentConstants, ...]:
+    """``segment_constants`` of every bucket (``prepared``: per bucket the ``prepare`` output, or None)."""
+    prepared = prepared if prepared is not None else (None,) * len(states)
+    return tuple(segment_constants(policy, params, hyper, s, b, g, i, p)
+                 for s, b, g, i, p in zip(states, buckets, gains, idcg, prepared))
 
 
 def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...],
@@ -241,40 +246,53 @@ def population_segment(policy: Policy, protocol: Protocol, params, hyper, states
                        schedules: tuple[SessionInputs, ...], run_keys: jax.Array, widths: tuple | None = None):
     """One segment of a population (leading member axis on params, hyper, states, schedules, run_keys).
 
-    The per-segment constants (model scores: matrix products) are computed member by member with
-    ``lax.map``, so each member's scores round exactly as they would in a population of one; the session
-    scan, elementwise and gather/scatter work that rounds the same way batched or not, is ``vmap``ped.
-    ``widths`` (static, per bucket; None: full rows) restricts the scan to the entry slots documents can reach
-    in this run (``narrow_segment``).
+    The per-segment model values (matrix products) come from ``policy.prepare_population``, which rounds each
+    member exactly as in a population of one (member by member by default; EBRank in fixed member blocks that
+    read the features once per block); the rest of the constants, the session scan, elementwise and
+    gather/scatter work that rounds the same way batched or not, is ``vmap``ped. ``widths`` (static, per bucket;
+    None: full rows) restricts the scan to the entry slots documents can reach in this run (``narrow_segment``).
+
+    Returns (new states, per-step outputs, prepared): ``prepared`` is per bucket the segment's ``prepare`` output
+    in entry order ``[P, Qb+1, Db]`` for a policy with ``test_from_prepare`` (evaluation reuses it), else None.
     """
-    consts = jax.lax.map(lambda m: all_segment_constants(policy, m[0], m[1], m[2], buckets, gains, idcg),
-                         (params, hyper, tuple(states)))
+    behaviour = tuple(jax.vmap(counters_in_dataset_order)(s) for s in states)  # dropped unless read
+    prepared = tuple(policy.prepare_population(params, b, h) for b, h in zip(buckets, behaviour))
+    consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, gains, idcg, a))(
+        params, hyper, tuple(states), prepared)
     widths = widths or (None,) * len(states)
     narrowed = [narrow_segment(c, s, w) for c, s, w in zip(consts, states, widths)]
     # the features are closed over, not mapped: one dataset-order copy serves every member (``lane_features``)
     scan = functools.partial(scan_segment, policy, protocol, features=tuple(b.features for b in buckets))
     new, ys = jax.vmap(scan)(tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
-    return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys
+    aux = tuple(c.aux for c in consts) if policy.test_from_prepare else None
+    return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys, aux
 
 
-def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg):
+def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg,
+                    aux=None):
     """Warm and Cold NDCG@K per query of one bucket: the deterministic ranker over the entered documents
-    with (warm) and without (cold) behaviour information."""
+    with (warm) and without (cold) behaviour information. ``aux``: the segment's ``prepare`` output in entry
+    order (``population_segment``, same parameters) for a policy with ``test_from_prepare``; None: recomputed."""
     counters = counters_in_dataset_order(state)
     gains_e = to_entry_order(gains, state)[:-1]
     entered = jnp.arange(bucket.width)[None, :] < state.n_entered[:-1, None]
     out = []
     for warm in (True, False):
-        scores = to_entry_order(policy.test_scores(params, bucket, counters, warm), state)[:-1]
+        if aux is not None:
+            scores = policy.scores_from_prepared(aux, state.counters, warm)[:-1]
+        else:
+            scores = to_entry_order(policy.test_scores(params, bucket, counters, warm), state)[:-1]
         ranking, slot_valid = metrics.top_k_ranking(scores, entered, protocol.top_k)
         out.append(metrics.ndcg_of_ranking(ranking, slot_valid, gains_e, idcg, protocol.discount))
     return out[0], out[1]
 
 
-def evaluate_rows(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg, rows):
+def evaluate_rows(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg, rows,
+                  aux=None):
     """``evaluate_bucket`` of the bucket's queries ``rows`` only (e.g. the test split at intermediate points):
-    the bucket, the state (with its scratch row) and the per-query constants are gathered first."""
+    the bucket, the state (with its scratch row), the per-query constants and ``aux`` are gathered first."""
     sub_bucket = jax.tree_util.tree_map(lambda a: a[rows], bucket)
     with_scratch = jnp.concatenate([rows, jnp.full((1,), state.n_entered.shape[0] - 1, rows.dtype)])
     sub_state = jax.tree_util.tree_map(lambda a: a[with_scratch], state)
-    return evaluate_bucket(policy, protocol, params, sub_state, sub_bucket, gains[rows], idcg[rows])
+    sub_aux = jax.tree_util.tree_map(lambda a: a[with_scratch], aux)
+    return evaluate_bucket(policy, protocol, params, sub_state, sub_bucket, gains[rows], idcg[rows], sub_aux)

@@ -25,11 +25,11 @@ from ltrjax.data.queryset import TEST
 from ltrjax.online.simulator import Simulator, TrialResult
 from ltrjax.online.state import entered_mask, to_dataset_order
 from ltrjax.report import analysis, plots, stats
-from ltrjax.report.tables import exploitation_ratio_markdown, online_table_markdown
+from ltrjax.report.tables import exploitation_ratio_markdown, metric_labels, online_table_markdown, trials_phrase
 from ltrjax.report.results import atomic_write
 
 METRICS = ("cum_ndcg", "warm_ndcg", "cold_ndcg")
-LABELS = {"cum_ndcg": "Cum-NDCG@5", "warm_ndcg": "Warm-NDCG@5", "cold_ndcg": "Cold-NDCG@5"}
+LABELS = metric_labels(5)  # the papers' K; reports use ``run_labels`` (the run's sim.top_k)
 TABLE_METRICS = ("cold_ndcg", "warm_ndcg", "cum_ndcg")  # EBRank Table 3 column order
 
 
@@ -81,10 +81,50 @@ def save_units(path: Path, sim: Simulator, result: TrialResult) -> None:
 
 
 # --------------------------------------------------------------------------- the reports
+def run_labels(run) -> dict[str, str]:
+    """The metric names of ``run`` at its ``sim.top_k``."""
+    return metric_labels(run.sim.config.top_k)
+
+
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def run_summary(header: dict) -> str:
+    """What results.md opens with: dataset, click model, protocol, seed, trials and the commit that ran it."""
+    cm = header.get("click_model") or {}
+    sim = header.get("sim") or {}
+    record = header.get("record") or {}
+    splits = header.get("queries_per_split") or {}
+    options = ", ".join(f"{k} {_value_text(v)}" for k, v in cm.items() if k != "kind" and v is not None)
+    docs = sim.get("initial_docs")
+    docs_text = f"{docs[0]}–{docs[1]}" if isinstance(docs, (list, tuple)) and len(docs) == 2 else str(docs)
+    split_text = "/".join(str(splits.get(s, "?")) for s in ("train", "vali", "test"))
+    warmup = header.get("warmup_sessions") or 0
+    protocol = (f"{header.get('sessions')} sessions per trial" + (f" after {warmup} BM25 warm-up sessions" if warmup
+                                                                   else " (no warm-up)")
+                + f"; top-K {sim.get('top_k')}, {docs_text} initial documents, entry probability "
+                  f"{_value_text(sim.get('entry_prob'))}, {sim.get('n_updates')} evaluate-then-retrain points, "
+                  f"Cum-NDCG discount γ = {_value_text(sim.get('gamma'))}")
+    commit = record.get("commit") or "unknown (not run from a git checkout)"
+    return "\n".join([
+        f"- **Dataset**: {header.get('dataset')}, {header.get('queries')} queries (train/vali/test {split_text})",
+        f"- **Click model**: {cm.get('kind')}" + (f" ({options})" if options else ""),
+        f"- **Protocol**: {protocol}",
+        f"- **Seed** {header.get('seed')}, **{trials_phrase(int(header.get('trials') or 0))}** (trial t uses key "
+        f"(seed, t))",
+        f"- **ltrjax** {record.get('version')}, commit {commit}",
+    ])
+
+
 def write_simple_report(run, title: str, wall: float) -> str:
-    """``results.md`` (mean ± std per algorithm) and ``ndcg_over_time.png`` of the default comparison."""
-    table = run.writer.write_markdown(title, LABELS, extra=f"Mean ± std over trials; test-split metrics. "
-                                                            f"Wall time {wall:.1f} s.")
+    """``results.md`` (mean ± std per algorithm, one trial: its value) and ``ndcg_over_time.png`` of the default
+    comparison; results.md opens with ``run_summary``."""
+    several = any(len(e["trials"]) > 1 for e in run.writer.algorithms.values())
+    spread = "Mean ± std over trials" if several else "One trial per row (no spread)"
+    table = run.writer.write_markdown(title, run_labels(run), extra=f"{spread}; test-split metrics. "
+                                                                    f"Wall time {wall:.1f} s.",
+                                      summary=run_summary(run.writer.header))
     plots.plot_ndcg_over_time(run.writer.as_dict(), run.out_dir / "ndcg_over_time.png")
     return table
 
@@ -157,15 +197,19 @@ def write_report(run, title: str, wall: float, eta: dict | None, order: list[str
     rows = results["algorithms"]
     sig = significance(run, float(cfg.get("alpha", 0.05)), int(cfg.get("permutations", 10000)))
     trial_wall = sum(t.get("wall_seconds", 0.0) for e in rows.values() for t in e["trials"])
+    n_trials = max(len(e["trials"]) for e in rows.values())
+    labels = run_labels(run)
     notes = (f"{results['dataset']}: {results['sessions']} sessions per trial "
-             f"(+{results['warmup_sessions']} BM25 warm-up), {max(len(e['trials']) for e in rows.values())} trials; "
-             f"test-split metrics, mean ± std over trials; wall time {wall:.0f} s for this invocation, "
+             f"(+{results['warmup_sessions']} BM25 warm-up), {trials_phrase(n_trials)}; "
+             f"test-split metrics, {'mean ± std over trials' if n_trials > 1 else 'one trial (no spread)'}; "
+             f"wall time {wall:.0f} s for this invocation, "
              f"{trial_wall:.0f} s summed over the trials' own runs (a resumed run reuses earlier trials). "
              "Significance: Fisher "
              "randomization (paired sign-flip) tests against the best row over (trial, test query) units for "
              "Warm/Cold-NDCG and (trial, test session) discounted contributions for Cum-NDCG.")
     per_trial = {n: {m: [t[m] for t in e["trials"]] for m in METRICS} for n, e in rows.items()}
-    parts = [online_table_markdown(per_trial, TABLE_METRICS, sig, title, notes, labels=LABELS)]
+    parts = [f"# {title}\n\n{run_summary(run.writer.header)}",
+             online_table_markdown(per_trial, TABLE_METRICS, sig, "", notes, labels=labels)]
     ratios = {}
     for n, e in rows.items():
         found = [t["exploitation_ratio"] for t in e["trials"] if t.get("exploitation_ratio")]
@@ -186,13 +230,13 @@ def write_report(run, title: str, wall: float, eta: dict | None, order: list[str
     for (hyper, values), series in sweep_series(rows).items():
         grid = "_".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in values)
         path = run.out_dir / f"exploration_sweep_{safe_name(hyper)}_{safe_name(grid)}.png"
-        plots.plot_sweep(list(values), series, path, f"exploration strength ({hyper})", LABELS,
+        plots.plot_sweep(list(values), series, path, f"exploration strength ({hyper})", labels,
                          title=f"{results['dataset']}: test metrics against {hyper} (validation grid runs)")
         parts.append(f"![test metrics against {hyper}]({path.name})")
     plots.plot_ndcg_over_time(results, run.out_dir / "ndcg_over_time.png")
     parts.append("![NDCG over time](ndcg_over_time.png)")
     if eta:
-        plots.plot_sweep(eta["x"], eta["series"], run.out_dir / "eta_sweep.png", "entry probability η", LABELS,
+        plots.plot_sweep(eta["x"], eta["series"], run.out_dir / "eta_sweep.png", "entry probability η", labels,
                          title=f"{results['dataset']}: metrics against the entry probability (EBRank Fig. 4)")
         parts.append("![metrics against the entry probability](eta_sweep.png)")
     text = "\n\n".join(parts) + "\n"

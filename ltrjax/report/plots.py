@@ -1,4 +1,4 @@
-"""Figures of an online run: NDCG over time (EBRank Fig. 3 style).
+"""Figures of an online run: NDCG@K over time (EBRank Fig. 3 style), click rates, sweeps, exploitation ratios.
 
 Figures are ``matplotlib.figure.Figure`` objects saved directly (no pyplot), so drawing them neither
 needs nor changes the user's matplotlib backend or pyplot's figure list.
@@ -29,32 +29,62 @@ def series_color(i: int, n: int):
     return matplotlib.colormaps["turbo"](i / max(n - 1, 1))
 
 
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Centred moving average over ``window`` points (shorter at the ends), same length as ``values``."""
+    if window <= 1 or values.size < 3:
+        return values
+    kernel = np.ones(window)
+    return np.convolve(values, kernel, mode="same") / np.convolve(np.ones_like(values), kernel, mode="same")
+
+
+def legend_outside(fig, ax, **kwargs) -> None:
+    """The axes' legend to the right of the axes, off the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
+
+
 def plot_ndcg_over_time(results: dict, path: Path) -> None:
-    """Left: NDCG@5 of shown lists on test sessions over time; right: Warm/Cold NDCG@5 per evaluation."""
-    fig, (ax_online, ax_eval) = subplots(1, 2, figsize=(12, 4.5))
+    """Left: NDCG@K (``sim.top_k``) of shown lists on test sessions over time, the mean over trials (thin), a
+    band of ± one std over trials and a smoothed mean (thick); right: Warm/Cold NDCG@K per evaluation, mean over
+    trials with a band. Legends sit outside the data."""
+    top_k = (results.get("sim") or {}).get("top_k", "K")
+    fig, (ax_online, ax_eval) = subplots(1, 2, figsize=(14, 4.8))
     sessions = results.get("sessions", 1)
+    n_trials = max((len(e["trials"]) for e in results["algorithms"].values()), default=0)
     for i, (name, entry) in enumerate(results["algorithms"].items()):
         color = series_color(i, len(results["algorithms"]))
         curves = [t["test_session_ndcg_curve"] for t in entry["trials"] if t["test_session_ndcg_curve"]]
         if curves:
             n = min(len(c) for c in curves)
-            curve = np.mean([c[:n] for c in curves], axis=0)
-            ax_online.plot(np.linspace(0, sessions, n), curve, color=color, label=name)
+            stack = np.asarray([c[:n] for c in curves], np.float64)
+            mean, x = stack.mean(axis=0), np.linspace(0, sessions, n)
+            ax_online.plot(x, mean, color=color, linewidth=0.6, alpha=0.5)
+            if len(stack) > 1:
+                std = stack.std(axis=0, ddof=1)
+                ax_online.fill_between(x, mean - std, mean + std, color=color, alpha=0.12, linewidth=0)
+            ax_online.plot(x, smooth(mean, max(1, n // 10)), color=color, linewidth=2, label=name)
         points = np.asarray(entry["trials"][0]["eval_points"]) + 1
-        warm = np.mean([t["warm_history"] for t in entry["trials"]], axis=0)
-        cold = np.mean([t["cold_history"] for t in entry["trials"]], axis=0)
-        ax_eval.plot(points, warm, color=color, label=f"{name} warm")
-        ax_eval.plot(points, cold, color=color, linestyle="--", alpha=0.7)
-    ax_online.set(xlabel="session", ylabel="NDCG@5 of the shown list (test sessions)",
-                  title="Online NDCG over time")
-    ax_eval.set(xlabel="session", ylabel="NDCG@5 (test queries)", title="Warm (solid) and Cold (dashed) NDCG")
-    ax_online.legend(fontsize=8)
-    ax_eval.legend(fontsize=7, ncol=2)
+        for key, style, label in (("warm_history", "-", f"{name} warm"), ("cold_history", "--", f"{name} cold")):
+            stack = np.asarray([t[key] for t in entry["trials"]], np.float64)
+            mean = stack.mean(axis=0)
+            ax_eval.plot(points, mean, color=color, linestyle=style, label=label)
+            if len(stack) > 1:
+                std = stack.std(axis=0, ddof=1)
+                ax_eval.fill_between(points, mean - std, mean + std, color=color, alpha=0.10, linewidth=0)
+    band = "; band: ± 1 std over trials" if n_trials > 1 else ""
+    ax_online.set(xlabel="session", ylabel=f"NDCG@{top_k} of the shown list (test sessions)",
+                  title=f"Online NDCG@{top_k} over time (thick: smoothed mean{band})")
+    ax_eval.set(xlabel="session", ylabel=f"NDCG@{top_k} (test queries)",
+                title=f"Warm (solid) and Cold (dashed) NDCG@{top_k}")
+    legend_outside(fig, ax_online, fontsize=8)
+    legend_outside(fig, ax_eval, fontsize=7)
     for ax in (ax_online, ax_eval):
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{results.get('dataset', '')}: {sessions} sessions, {results.get('trials', '')} trials")
+    fig.suptitle(f"{results.get('dataset', '')}: {sessions} sessions, "
+                 + ("1 trial" if n_trials == 1 else f"{n_trials} trials (mean over trials)"))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
 
 
 # --- analysis figures (UCBRank Fig. 1 and 2, EBRank Fig. 4 and Table 4) ---------------------------
@@ -125,7 +155,7 @@ def plot_click_rate_by_entry(curves: dict[str, dict], path, title: str = "") -> 
            ylabel="#clicks / #sessions as candidate", title=title or "Click rate of perfect documents by entry time")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    legend_outside(fig, ax, fontsize=8)
     fig.tight_layout()
     _save(fig, path)
 
@@ -166,7 +196,7 @@ def plot_sweep(x_values, series: dict[str, dict[str, list]], path, xlabel: str, 
         _x_scale(ax, x)
         ax.set(xlabel=xlabel, ylabel=label, title=label)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    legend_outside(fig, axes[0][-1], fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -197,6 +227,6 @@ def plot_exploitation_ratio(ratios: dict, path, title: str = "") -> None:
     ax.set(ylabel=r"$|w_j| \,/\, \sum_i |w_i|$", title=title or "Exploitation ratio of linear models", ylim=(0, 1))
     ax.grid(alpha=0.3, axis="y")
     if len(columns) > 1:
-        ax.legend(fontsize=8)
+        legend_outside(fig, ax, fontsize=8)
     fig.tight_layout()
     _save(fig, path)

@@ -1,34 +1,20 @@
-"""Results files: ``results.json`` rewritten atomically after every finished trial, ``results.md``."""
+"""Results files of an online run: ``results.json`` rewritten atomically after every finished trial (through
+``ltrjax.report.record``, the one reader/writer of results files), ``results.md``."""
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ltrjax.report.record import RESULTS, atomic_write, differences, jsonable, read_results, refusal, write_results
 
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+__all__ = ["ResultsWriter", "atomic_write", "same_protocol"]
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _clean(value.tolist())
-    if isinstance(value, (np.floating, float)):
-        return None if not math.isfinite(float(value)) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+    return jsonable(value)
 
 
 def same_protocol(key: str, a: Any, b: Any) -> bool:
@@ -44,29 +30,47 @@ def same_protocol(key: str, a: Any, b: Any) -> bool:
 class ResultsWriter:
     """Accumulates per-trial records per algorithm; means are recomputed at every write."""
 
-    def __init__(self, out_dir: Path, header: dict, metrics: tuple[str, ...]):
+    def __init__(self, out_dir: Path, header: dict, metrics: tuple[str, ...], settings: dict[str, dict] | None = None):
+        """``settings``: {row name: the fully resolved settings that make it}, stored with each row and compared on
+        ``resume`` (``ltrjax.runner.row_settings``)."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.header = dict(header)
         self.metrics = metrics
+        self.settings = dict(settings or {})
         self.algorithms: dict[str, dict] = {}
 
     def resume(self, keys: tuple[str, ...] = ("dataset", "sessions", "queries", "sim", "click_model")) -> int:
         """Load the trials already in ``results.json`` of the output directory (an interrupted run).
 
-        Refuses a file written for another dataset or protocol; returns the number of trials loaded.
+        Refuses (``RunFolderError``) a file written for another dataset or protocol (header ``keys``), and a row of
+        this run whose stored settings differ from this run's (or that has none: written before ltrjax recorded
+        them); returns the number of trials loaded.
         """
-        path = self.out_dir / "results.json"
-        if not path.exists():
+        old = read_results(self.out_dir)
+        if old is None:
             return 0
-        try:
-            old = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err}); move it away to start afresh") from err
+        path = self.out_dir / RESULTS
+        diffs = []
         for key in keys:
             if key in old and not same_protocol(key, _clean(self.header.get(key)), old[key]):
-                raise ValueError(f"{path} was written for {key} = {old[key]!r} but this run has "
-                                 f"{_clean(self.header.get(key))!r}; use another output directory")
+                mine = _clean(self.header.get(key))
+                if key == "sim":
+                    from ltrjax.online.simulator import protocol_of
+
+                    diffs += differences({"sim": protocol_of(old[key])}, {"sim": protocol_of(mine)})
+                else:
+                    diffs += differences({key: old[key]}, {key: mine})
+        for name, entry in (old.get("algorithms") or {}).items():
+            if name not in self.settings or not entry.get("trials"):
+                continue
+            saved = entry.get("settings")
+            if not isinstance(saved, dict):
+                diffs.append(("settings", "<not recorded>", "<this run's>", name))
+                continue
+            diffs += [(k, o, n, name) for k, o, n in differences(saved, self.settings[name])]
+        if diffs:
+            raise refusal(path, "finished rows", diffs)
         self.algorithms = {name: entry for name, entry in old.get("algorithms", {}).items()}
         return sum(len(entry.get("trials", [])) for entry in self.algorithms.values())
 
@@ -75,6 +79,8 @@ class ResultsWriter:
 
     def add_trial(self, name: str, record: dict) -> None:
         entry = self.algorithms.setdefault(name, {"trials": []})
+        if name in self.settings:
+            entry["settings"] = self.settings[name]
         entry["trials"].append(record)
         for m in self.metrics:
             values = np.array([t[m] for t in entry["trials"]], np.float64)
@@ -86,16 +92,22 @@ class ResultsWriter:
         return _clean({**self.header, "algorithms": self.algorithms})
 
     def write(self) -> None:
-        atomic_write(self.out_dir / "results.json", json.dumps(self.as_dict(), indent=1))
+        write_results(self.out_dir, self.as_dict())
 
-    def write_markdown(self, title: str, labels: dict[str, str], extra: str = "") -> str:
-        rows = [f"# {title}", "", "| algorithm | " + " | ".join(labels[m] for m in self.metrics) + " | trials |",
-                "|---|" + "---|" * (len(self.metrics) + 1)]
+    def write_markdown(self, title: str, labels: dict[str, str], extra: str = "", summary: str = "") -> str:
+        """``results.md``: ``# title``, then ``summary`` (what the run was), the table (mean ± std over trials; one
+        trial: its value) and ``extra``."""
+        from ltrjax.report.tables import mean_cell
+
+        rows = [f"# {title}", ""] + ([summary, ""] if summary else [])
+        rows += ["| algorithm | " + " | ".join(labels[m] for m in self.metrics) + " | trials |",
+                 "|---|" + "---|" * (len(self.metrics) + 1)]
         for name, entry in self.algorithms.items():
             cells = []
             for m in self.metrics:
+                values = np.asarray([t[m] for t in entry["trials"]], np.float64)
                 fmt = "{:.2f}" if abs(entry[m]) >= 10 else "{:.4f}"
-                cells.append(f"{fmt.format(entry[m])} ± {fmt.format(entry[m + '_std'])}")
+                cells.append(mean_cell(values, fmt.format))
             rows.append(f"| {name} | " + " | ".join(cells) + f" | {len(entry['trials'])} |")
         text = "\n".join(rows) + "\n" + (("\n" + extra + "\n") if extra else "")
         atomic_write(self.out_dir / "results.md", text)

@@ -5,7 +5,26 @@ from __future__ import annotations
 
 import numpy as np
 
-METRIC_LABELS = {"cold_ndcg": "Cold-NDCG@5", "warm_ndcg": "Warm-NDCG@5", "cum_ndcg": "Cum-NDCG@5"}
+
+
+def metric_labels(top_k: int) -> dict[str, str]:
+    """The online metrics' names at cutoff ``top_k`` (``sim.top_k``): Cum-NDCG@K, Warm-NDCG@K, Cold-NDCG@K."""
+    return {"cold_ndcg": f"Cold-NDCG@{top_k}", "warm_ndcg": f"Warm-NDCG@{top_k}", "cum_ndcg": f"Cum-NDCG@{top_k}"}
+
+
+METRIC_LABELS = metric_labels(5)  # the papers' K; a run labels its tables with its own sim.top_k
+
+
+def mean_cell(values: np.ndarray, fmt) -> str:
+    """``mean ± std`` (sample std) over several trials; one trial is its value alone (no ± 0)."""
+    if values.size == 1:
+        return fmt(values[0])
+    return f"{fmt(values.mean())} ± {fmt(values.std(ddof=1))}"
+
+
+def trials_phrase(n: int) -> str:
+    """"1 trial", "3 trials"."""
+    return f"{n} trial" if n == 1 else f"{n} trials"
 SETTING_LABELS = {
     "wo_behav": "W/o-Behav",
     "concat": "W/-Behav (Concat)",
@@ -72,8 +91,8 @@ def online_table_markdown(rows: dict[str, dict], metrics=("cold_ndcg", "warm_ndc
             if not v.size:
                 cells.append("—")
                 continue
-            mean, std = v.mean(), (v.std(ddof=1) if v.size > 1 else 0.0)
-            cell = f"{_fmt(mean, mean)} ± {_fmt(std, mean)}"
+            mean = v.mean()
+            cell = mean_cell(v, lambda x, scale=mean: _fmt(x, scale))
             if name == best[m]:
                 cell = f"**{cell}**"
             sig = significance.get(m, {}).get(name)
@@ -88,7 +107,8 @@ def online_table_markdown(rows: dict[str, dict], metrics=("cold_ndcg", "warm_ndc
         n_trials = max((v.size for v in per_metric.values()), default=0)
         lines.append(f"| {algorithm} | {setting} | " + " | ".join(cells) + f" | {n_trials} |")
 
-    legend = ["Mean ± std over trials; **bold**: best mean per column."]
+    several = any(v.size > 1 for per_metric in stats.values() for v in per_metric.values())
+    legend = ["Mean ± std over trials;" if several else "One trial (no spread);", "**bold**: best mean per column."]
     if significance:
         legend.append(f"{WORSE_MARK}: significantly worse than the column's best row (two-sided Fisher "
                       f"randomization test over paired units, p < {alpha});")
@@ -120,10 +140,10 @@ def exploitation_ratio_markdown(ratios: dict, title: str = "", notes: str = "") 
         for c in columns:
             v = _values(g, c)
             n_trials = max(n_trials, v.size)
-            cells.append(f"{v.mean():.3f} ± {(v.std(ddof=1) if v.size > 1 else 0.0):.3f}" if v.size else "—")
+            cells.append(mean_cell(v, "{:.3f}".format) if v.size else "—")
         lines.append(f"| {algorithm} | {setting} | " + " | ".join(cells) + f" | {n_trials} |")
     lines += ["", "Exploitation ratio |w_j| / Σ_i |w_i| of the learnt linear model (EBRank Eq. 29); mean ± std "
-                  "over trials."]
+                  "over trials (one trial: its value)."]
     if notes:
         lines += ["", notes]
     return "\n".join(lines) + "\n"

@@ -102,6 +102,9 @@ class Policy:
     # a document's session score and record depend on its own slot only (no random draw over the whole row):
     # the simulator may then skip the entry slots no document can reach in a run (step.narrow_segment)
     narrow_rows: bool = False
+    # ``test_scores`` is ``scores_from_prepared(prepare(params, bucket), counters, warm)``: evaluation after a segment
+    # reuses the segment's ``prepare`` output (same frozen parameters) instead of computing it again
+    test_from_prepare: bool = False
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()
@@ -127,6 +130,16 @@ class Policy:
         it when a policy does not read it.
         """
         return jnp.zeros(bucket.labels.shape, jnp.float32)
+
+    def prepare_population(self, params: Params, bucket: Bucket, behaviour: DocCounters) -> Aux:
+        """``prepare`` of every member (``params`` and ``behaviour`` with a leading member axis; outputs too).
+        The default runs ``prepare`` member by member (``lax.map``), so each member rounds as in a population of
+        one; a policy may share work across members if each member's output stays the same (EBRank's blocks)."""
+        return jax.lax.map(lambda m: self.prepare(m[0], bucket, m[1]), (params, behaviour))
+
+    def scores_from_prepared(self, aux: Aux, counters: DocCounters, warm: bool) -> jax.Array:
+        """Test scores from ``prepare``'s output and counters in one layout (policies with ``test_from_prepare``)."""
+        raise NotImplementedError(f"{self.name} does not score from its prepare output")
 
     def doc_scores(self, aux: Aux, counters: DocCounters, hyper: Any) -> jax.Array:
         """Logging scores from each document's own values (any shape); the default session score."""

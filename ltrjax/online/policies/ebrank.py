@@ -38,6 +38,10 @@ STATISTICS = ("exposure", "ips")
 # patience 60 reaches the same quality but took 1.8x as long on an MQ2007-sized run. Every retrain starts from the
 # current prior (warm start), so patience 5 suffices (docs/results/retrain_mq2008_patience/).
 DEFAULT_FIT = {"optimizer": "adam", "learning_rate": 0.01, "batch_size": 256, "max_epochs": 300, "patience": 5}
+# Members per prior-alpha product: a population's members are padded to a multiple of this and each block of
+# MEMBER_BLOCK priors is one matrix product over the features ([cells, F] x [F, MEMBER_BLOCK]), a single member
+# too, so a member's alpha rounds the same alone and at any position of any population (tests/test_ebrank.py).
+MEMBER_BLOCK = 8
 
 
 def beta_statistics(statistic: str, clicks, ips_clicks, impressions, exposure):
@@ -69,6 +73,19 @@ def prior_nll(alpha, beta, c, n, clamp: float):
     return betaln(alpha, beta) - betaln(c + alpha, b_post)
 
 
+def block_alpha(model, priors, features: jax.Array, block: int = MEMBER_BLOCK) -> jax.Array:
+    """alpha ``[P, *features.shape[:-1]]`` of ``P`` stacked priors (leading member axis) over one shared feature
+    array ``[..., F]`` (Eq. 14's prior f_theta): the members, padded with copies of the last one to a multiple of
+    ``block``, go ``block`` at a time through one product over the features (``vmap`` of the prior over the block
+    with the features unbatched: a single GEMM), so the features are read once per block instead of per member."""
+    n = jax.tree_util.tree_leaves(priors)[0].shape[0]
+    pad = (-n) % block
+    blocks = jax.tree_util.tree_map(
+        lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]).reshape((-1, block) + a.shape[1:]), priors)
+    out = jax.lax.map(lambda b: jax.vmap(lambda p: model.apply(p, features))(b), blocks)
+    return out.reshape((-1,) + out.shape[2:])[:n]
+
+
 @struct.dataclass
 class EBRankHyper:
     epsilon: Annotated[jax.Array, NonNegative] = 20.0  # exploration strength (Eq. 13)
@@ -78,6 +95,7 @@ class EBRank(Policy):
     name = "ebrank"
     narrow_rows = True
     trains = True
+    test_from_prepare = True
     Hyper = EBRankHyper
     default_fit = DEFAULT_FIT
 
@@ -106,10 +124,19 @@ class EBRank(Policy):
         return EBRankHyper(epsilon=jnp.float32(self.epsilon))
 
     def alpha(self, params, features):
-        return self.model.apply(params["prior"], features)
+        """One member's alpha, through the same member block as a population's (``block_alpha``)."""
+        return self.population_alpha(jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], params), features)[0]
+
+    def population_alpha(self, params, features):
+        """alpha ``[P, ...]`` of every member (``params`` with a leading member axis): ``block_alpha``."""
+        return block_alpha(self.model, params["prior"], features)
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
         return self.alpha(params, bucket.features)
+
+    def prepare_population(self, params, bucket: Bucket, behaviour=None):
+        """Every member's alpha in member blocks (one product per block over the shared features)."""
+        return self.population_alpha(params, bucket.features)
 
     def _stats(self, counters: DocCounters):
         return beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
@@ -122,7 +149,11 @@ class EBRank(Policy):
         return r_hat + hyper.epsilon * marginal_certainty(r_hat, alpha, self.beta, e)
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
-        alpha = self.prepare(params, bucket)
+        return self.scores_from_prepared(self.prepare(params, bucket), counters, warm)
+
+    def scores_from_prepared(self, alpha, counters: DocCounters, warm: bool):
+        """Test scores from alpha and the counters (elementwise, any layout): cold the prior mean
+        alpha / (alpha + beta), warm the posterior mean (Eq. 25)."""
         if not warm:
             return alpha / (alpha + self.beta)
         c, n, _ = self._stats(counters)
@@ -161,8 +192,7 @@ class EBRankOnlyPrior(EBRank):
     def doc_scores(self, alpha, counters, hyper):
         return alpha / (alpha + self.beta)
 
-    def test_scores(self, params, bucket, counters, warm):
-        alpha = self.prepare(params, bucket)
+    def scores_from_prepared(self, alpha, counters, warm):
         return alpha / (alpha + self.beta)
 
 

@@ -1,0 +1,116 @@
+"""Tight padding (issue 22): per-segment widths on a short ladder, lanes fitted to each bucket's sessions per step,
+and the doc-slot occupancy that measures them (``ltrjax.online.schedule``, ``Simulator.plan``)."""
+
+import jax
+import numpy as np
+import pytest
+
+from ltrjax import clicks
+from ltrjax.data.layout import pad_and_bucket
+from ltrjax.online.policies.bm25 import BM25
+from ltrjax.online.policies.ebrank import EBRank
+from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
+                                    width_ladder)
+from ltrjax.online.simulator import SimConfig, Simulator, fitted_lanes
+from tests.toy_data import toy_queryset
+
+
+def test_entered_counts_by_hand():
+    # queries 0, 1, 0, 2, 0, 1 with entries at sessions 0, 2, 3, 4; initial (3, 4, 5), documents (4, 9, 6)
+    draws = SessionDraws(query=np.array([0, 1, 0, 2, 0, 1]), enter=np.array([1, 0, 1, 1, 1, 0], bool),
+                         session=np.arange(6))
+    got = entered_counts(draws, initial=np.array([3, 4, 5]), n_docs=np.array([4, 9, 6]))
+    # q0: 3+1=4, then 3+2 capped at 4, 3+3 capped at 4; q1: 4, 4; q2: 5+1=6
+    np.testing.assert_array_equal(got, [4, 4, 4, 6, 4, 4])
+
+
+def test_doc_slot_occupancy_by_hand():
+    """Two segments, two buckets: useful = entered counts of the sessions the lanes run; scanned = every lane of
+    every step times the bucket's width in that segment."""
+    plans = [[np.array([[0, 1], [2, -1]]), np.array([[3], [-1]])],  # 2 steps x 2 lanes, 2 steps x 1 lane
+             [np.array([[1, -1], [-1, -1]]), np.array([[0], [-1]])]]
+    entered = [np.array([5, 6, 7, 10]), np.array([8, 12])]
+    widths = [(8, 16), (12, 16)]
+    useful = (5 + 6 + 7) + 10 + 12 + 8
+    scanned = 4 * 8 + 2 * 16 + 4 * 12 + 2 * 16
+    assert doc_slot_occupancy(plans, entered, widths) == pytest.approx(useful / scanned)
+    assert np.isnan(doc_slot_occupancy([], [], []))
+
+
+def test_width_ladder():
+    rungs = sorted({width_ladder(n, 10_000) for n in range(1, 400)})
+    assert rungs == [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+    for need in range(1, 400):
+        w = width_ladder(need, 10_000)
+        assert need <= w < 1.5 * max(need, 6)  # within 1.5x of the need (8 is the smallest rung)
+    assert width_ladder(70, 40) == 40  # never wider than the bucket
+
+
+def test_fitted_lanes_are_the_fewest_that_fit():
+    rng = np.random.default_rng(0)
+    segments = [rng.integers(0, 50, size=n) for n in (300, 340, 280)]
+    most, steps = 64, 20
+    lanes = fitted_lanes(segments, most, steps)
+    assert all(lane_schedule(r, lanes).shape[0] <= steps for r in segments)
+    assert lanes >= -(-340 // steps)  # at least the busiest segment's sessions per step
+    assert lanes < most
+    assert fitted_lanes(segments, most, 10_000) == 1
+
+
+@pytest.fixture(scope="module")
+def sim():
+    qs = toy_queryset(n_queries=24, min_docs=40, max_docs=90, n_features=4, seed=5)
+    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
+    config = SimConfig(sessions=600, warmup_sessions_per_query=2, n_updates=4, entry_prob=0.5, min_lanes=16,
+                       lanes_per_query=0.5)
+    return Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), config,
+                     warmup_policy=BM25(data))
+
+
+def test_segment_widths_cover_every_entered_document(sim):
+    """Per-segment widths grow with the run, stay on the ladder and within the bucket, and hold every document
+    entered by the segment's end plus K display slots (so narrowing is exact, tests/test_population.py)."""
+    mains = [sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), t))[1] for t in range(2)]
+    points = update_points(len(mains[0]), sim.config.n_segments)
+    widths = sim.segment_widths(mains, points)
+    assert len(widths) == len(points)
+    n_docs = np.zeros(sim.data.n_queries, np.int64)
+    for b in sim.data.buckets:
+        n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
+    initial = np.full(sim.data.n_queries, sim.config.initial_docs[1])
+    for b, bucket in enumerate(sim.data.buckets):
+        per_segment = [w[b] for w in widths]
+        assert per_segment == sorted(per_segment) and per_segment[-1] <= bucket.width
+        assert all(w == bucket.width or w == width_ladder(w, 10_000) for w in per_segment)
+        assert per_segment[0] < per_segment[-1] or per_segment[0] == bucket.width  # they do grow here
+        queries = np.asarray(bucket.query_index)
+        for draws in mains:
+            entered = entered_counts(draws, initial, n_docs)
+            in_bucket = np.isin(draws.query, queries)
+            for s, stop in enumerate(points):
+                most = entered[:stop + 1][in_bucket[:stop + 1]].max()
+                assert per_segment[s] >= min(most + sim.config.top_k, bucket.width)
+
+
+def test_fitted_lanes_raise_occupancy_and_keep_results(sim):
+    """The plans' lanes fit each bucket's sessions per step (no bucket keeps the configured minimum when it needs
+    fewer), the occupancy is a fraction, and a run is unchanged by the lane count (same shown lists and NDCG as
+    with every configured lane)."""
+    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+    key = jax.random.PRNGKey(7)
+    occupancy = sim.doc_slot_occupancy(policy, [key])
+    assert 0 < occupancy <= 1
+    lanes = sim._lanes["main"]
+    assert all(1 <= f <= n for f, n in zip(lanes, sim.n_lanes)) and lanes != sim.n_lanes
+    got = sim.run(policy, key, progress=False, keep_logs=True)
+    wide = Simulator(sim.data, sim.click_model, sim.config, warmup_policy=sim.warmup_policy)
+    wide._lanes["main"] = wide.n_lanes  # the configured lanes, as before fitting
+    wide._steps["main"] = 10_000
+    want = wide.run(policy, key, progress=False, keep_logs=True)
+    assert wide._lanes["main"] == wide.n_lanes
+    for a, b in zip(got.logs, want.logs):
+        np.testing.assert_array_equal(a.shown, b.shown)
+        np.testing.assert_array_equal(a.clicks, b.clicks)
+    np.testing.assert_array_equal(got.session_ndcg, want.session_ndcg)
+    assert got.cum_ndcg == want.cum_ndcg
+    np.testing.assert_equal(got.eval_history, want.eval_history)  # NaN (splits not evaluated) equal NaN
