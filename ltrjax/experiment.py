@@ -41,6 +41,7 @@ def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
     """Refuse (``RunFolderError``) a run folder whose results.json another kind of experiment wrote, or whose
     finished rows (online) or experiment (offline, fidelity) were made with other settings; before any data is
     loaded. ``experiment.resume=false`` (online) starts the rows afresh, so only the kind is checked."""
+    from ltrjax.offline.config import as_mapping
     from ltrjax.report import record
 
     kind = str(cfg.experiment.kind)
@@ -54,11 +55,11 @@ def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
     elif kind == "offline_fidelity":
         from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES, fidelity_config
 
-        record.check_experiment(out_dir, kind, fidelity_config(cfg), FIDELITY_IGNORES)
+        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(fidelity_config(cfg))), FIDELITY_IGNORES)
     else:
         from ltrjax.offline.experiment import RESUME_IGNORES, experiment_config
 
-        old = record.check_experiment(out_dir, kind, experiment_config(cfg), RESUME_IGNORES)
+        old = record.check_experiment(out_dir, kind, record.jsonable(as_mapping(experiment_config(cfg))), RESUME_IGNORES)
         saved = ((old or {}).get("record") or {}).get("dataset")
         if saved is not None:
             diffs = record.differences({"dataset": saved}, {"dataset": OmegaConf.to_container(cfg.dataset)})

@@ -139,17 +139,19 @@ def test_offline_rerun_with_other_settings_is_refused(tmp_path):
 def test_fidelity_rerun_with_other_settings_is_refused_before_loading_data(tmp_path):
     from omegaconf import OmegaConf
 
+    from ltrjax.offline.config import as_mapping
     from ltrjax.offline.fidelity_experiment import fidelity_config
 
     out = tmp_path / "fidelity"
     out.mkdir()
-    settings = fidelity_config(OmegaConf.create({"experiment": OmegaConf.load(REPO / "conf/experiment/offline_fidelity.yaml")}))
+    settings = as_mapping(fidelity_config(OmegaConf.create(
+        {"experiment": OmegaConf.load(REPO / "conf/experiment/offline_fidelity.yaml")})))
     old = {"record": {"kind": "offline_fidelity"}, "dataset": "synthetic", "claims": [],
-           "config": {**settings, "n_sessions": 7, "trials": 99}}  # trials may differ: a rerun recomputes all
+           "config": {**settings, "margin": 7, "trials": 99}}  # trials may differ: a rerun recomputes all
     (out / "results.json").write_text(json.dumps(old))
     before = fingerprint(out)
     proc = cli(out, "experiment=offline_fidelity", "+dataset=synthetic")
-    assert_refused(proc, f"experiment.n_sessions: 7 → {settings['n_sessions']}")
+    assert_refused(proc, f"experiment.margin: 7 → {settings['margin']}")
     assert "experiment.trials" not in proc.stderr
     assert fingerprint(out) == before
     assert_refused(cli(out, *TINY, "trials=1"), "experiment=offline_fidelity", "experiment=online")
