@@ -19,6 +19,7 @@ import pytest
 
 from ltrjax.data.synthetic import SyntheticParams, generate_synthetic
 from ltrjax.offline import experiment as E
+from ltrjax.offline.config import override
 from ltrjax.offline.estimators import ALL_ESTIMATORS
 
 MARGIN = 0.05
@@ -44,9 +45,10 @@ DEFAULT_SHAPE = "long_lists_3grades_few_queries"
 EXPERIMENT = {
     "trials": 1, "n_sessions": 20_000, "list_size": 10, "progress": False, "save_models": False, "eval_buckets": 2,
     "production_fraction": 0.05,
-    "train": {"batch_size": 16, "max_epochs": 40, "patience": 10},
+    "train": {"batch_size": 16, "max_epochs": 40, "patience": 10, "max_steps": None},  # early stopping
     "train_overrides": {},
-    "estimator_options": {"vec_freeze": 50, "vec_joint_steps": 150, "vec_base_hidden": [16]},
+    "estimator_options": {"vectorization": {"freeze": 50, "joint_steps": 150, "base_hidden": [16]},
+                          "affine": {"freeze": 50, "joint_steps": 150}},
 }
 
 
@@ -61,7 +63,7 @@ def _ndcg(shape: str, name: str, ranker: str = "linear") -> tuple[float, float]:
     est, prod = [], []
     for seed in SEEDS:
         trial, exp = _trial(shape, seed)
-        exp = E._merge(exp, {"ranker": ranker, "hidden": [16, 8]})
+        exp = override(exp, {"ranker": ranker, "hidden": [16, 8]})
         res = E.run_setting(trial, exp, [name], log=lambda *a: None)
         est.append(res[name]["ndcg@10"])
         prod.append(trial.production_metrics["ndcg@10"])
