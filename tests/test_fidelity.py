@@ -348,3 +348,21 @@ def test_beds_and_experiment_pass_the_bed_to_the_checks(monkeypatch, tmp_path):
     FE.run_fidelity(cfg, tmp_path, queryset=tb.queryset(30))
     assert seen["seeds"] == [7, 8] and seen["n_queries"] == 25 and seen["junk"] == 0.3 and seen["dims"] == (3,)
     assert seen["over"]["ranker"] == "mlp" and seen["over"]["logging_boost"]["weight"] == 1.5
+
+
+def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
+    """PRS Table 1's analogue: prs_lambda against ips_lambda (Unbiased LambdaMART), both LightGBM trees told theta
+    estimated by result randomization, on the same boosting-round budget; the sweeps are saved before it."""
+    pytest.importorskip("lightgbm")
+    from ltrjax.offline.fidelity_experiment import run_fidelity
+    from ltrjax.offline.toy import toy_queryset
+
+    cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"], "randomization_sessions": 2000,
+                          "prs": {"estimators": ["ips", "prs"], "max_steps": 8, "clicks_per_query": 10,
+                                  "click_sweep": [10], "noise": [0.1], "assumed_eta": [1.0], "table1": True,
+                                  "table1_rounds": 3}}}
+    res = run_fidelity(cfg, tmp_path, queryset=toy_queryset(40, docs=(5, 20), seed=1), log=lambda *a: None)
+    (c,) = [c for c in res["claims"] if c["id"] == "prs_lambda_gt_ips_lambda"]
+    assert c["verdict"] != "untestable" and c["n"] == 2 and 0.0 <= c["p_value"] <= 1.0
+    plan = res["training"]["prs_table1"]
+    assert plan["prs_lambda"]["max_rounds"] == plan["ips_lambda"]["max_rounds"] == 3
