@@ -84,6 +84,7 @@ def main(cfg: DictConfig) -> float | None:
     """Run the configured experiment; returns its objective (for Hydra sweepers)."""
     global _task_started
     _task_started = True
+    from ltrjax.clicks import ClickModelDataMismatch  # a click model the data cannot host (TianGong on < 5 grades)
     from ltrjax.experiment import run_experiment
 
     hydra_cfg = HydraConfig.get()
@@ -91,7 +92,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         return run_experiment(cfg, out_dir, overrides=list(hydra_cfg.overrides.task), cwd=Path(hydra_cfg.runtime.cwd),
                               on_accepted=lambda: write_hydra_copy(cfg, out_dir))
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, ClickModelDataMismatch) as err:
         print(f"ltrjax: {err}", file=sys.stderr)
         to_run_log(f"ltrjax: {err}")
         sys.exit(2)

@@ -1,6 +1,8 @@
 """Tight padding (issue 22): per-segment widths on a short ladder, lanes fitted to each bucket's sessions per step,
 and the doc-slot occupancy that measures them (``ltrjax.online.schedule``, ``Simulator.plan``)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -67,9 +69,41 @@ def sim():
                      warmup_policy=BM25(data))
 
 
+def ladder(sim):
+    """``sim`` with ``sim.segment_widths=ladder`` (per-segment widths; the default is one width per phase)."""
+    return Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, segment_widths="ladder"),
+                     warmup_policy=sim.warmup_policy)
+
+
+def test_phase_widths_are_one_per_phase(sim):
+    """The default (``segment_widths=phase``): every segment scans the phase's ``reachable_widths``."""
+    mains = [sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), t))[1] for t in range(2)]
+    points = update_points(len(mains[0]), sim.config.n_segments)
+    assert sim.config.segment_widths == "phase"
+    assert sim.segment_widths(mains, points) == [sim.reachable_widths(mains)] * len(points)
+
+
+def test_ladder_widths_give_the_same_run(sim):
+    """Per-segment ladder widths change only how many padded slots are scanned: shown lists, clicks and NDCG equal
+    the default's (one width per phase) on the same key."""
+    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+    key = jax.random.PRNGKey(11)
+    want = sim.run(policy, key, progress=False, keep_logs=True)
+    tight = ladder(sim)
+    got = tight.run(policy, key, progress=False, keep_logs=True)
+    assert tight.width_shapes() > 1  # it did use several width sets
+    for a, b in zip(got.logs, want.logs):
+        np.testing.assert_array_equal(a.shown, b.shown)
+        np.testing.assert_array_equal(a.clicks, b.clicks)
+    np.testing.assert_array_equal(got.session_ndcg, want.session_ndcg)
+    np.testing.assert_equal(got.eval_history, want.eval_history)
+
+
 def test_segment_widths_cover_every_entered_document(sim):
-    """Per-segment widths grow with the run, stay on the ladder and within the bucket, and hold every document
-    entered by the segment's end plus K display slots (so narrowing is exact, tests/test_population.py)."""
+    """Per-segment widths (``segment_widths=ladder``) grow with the run, stay on the ladder and within the bucket,
+    and hold every document entered by the segment's end plus K display slots (so narrowing is exact,
+    tests/test_population.py)."""
+    sim = ladder(sim)
     mains = [sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), t))[1] for t in range(2)]
     points = update_points(len(mains[0]), sim.config.n_segments)
     widths = sim.segment_widths(mains, points)

@@ -55,6 +55,7 @@ RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappi
 DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
+SEGMENT_WIDTHS = ("phase", "ladder")
 # sim keys that change only what is evaluated along the way, not the simulated sessions: results that differ only
 # in them are the same protocol (a resumed run, experiments/compare_runs.py)
 REPORTING_KEYS = ("history_splits",)
@@ -93,6 +94,10 @@ class SimConfig:
     # queries evaluated (Warm/Cold NDCG) at the intermediate evaluation points: "test" (what the reports show
     # over time; ~1/5 of the evaluation work) or "all" splits; the final point always evaluates every query
     history_splits: Annotated[str, OneOf(HISTORY_SPLITS)] = "test"
+    # entry slots a narrowing policy scans: "phase" = one width per bucket for the whole phase (multiple of 32; one
+    # segment program), "ladder" = per segment on a geometric ladder (fewer padded slots, but one program per
+    # width set: 7-11 compiles at the synthetic MQ2007/MSLR shapes). Same results either way.
+    segment_widths: Annotated[str, OneOf(SEGMENT_WIDTHS)] = "phase"
 
     def __post_init__(self):
         object.__setattr__(self, "initial_docs", tuple(self.initial_docs))
@@ -618,7 +623,12 @@ class Simulator:
         plus the most entering sessions of one query so far, plus K, on the ``width_ladder`` (few shapes to
         compile), at most the bucket's width. A segment scans only these slots (``step.narrow_segment``). Like the
         step count, the widths are remembered per segment count and only ever grow, so later trials reuse the
-        compiled shapes unless their draws need wider rows."""
+        compiled shapes unless their draws need wider rows. With ``sim.segment_widths=phase`` (the default) every
+        segment gets the phase's ``reachable_widths`` instead (one program)."""
+        if self.config.segment_widths == "phase":
+            out = [self.reachable_widths(runs)] * len(stops)
+            self._width_shapes.update(out)
+            return out
         queries = [np.asarray(b.query_index) for b in self.data.buckets]
         out = []
         for stop in stops:
