@@ -330,7 +330,7 @@ def prs_claims(part: dict | None, fx: FidelityConfig, qs) -> list:
                                          **({"ips_oracle": _mean(tab["ips_oracle"])} if "ips_oracle" in tab else {})})
     if c["verdict"] != "holds":
         c["cause"] = ("tested: in expectation PRS is IPS with each pair down-weighted by min(theta_i, theta_j) "
-                      "(the PBM identity, tests/test_fidelity.py), so its edge is one of variance; at "
+                      "(the PBM identity, tests/test_offline_unbiased.py), so its edge is one of variance; at "
                       f"{lo:g} clicks per query PRS - IPS = {sparse_gap['mean_diff']:+.4f} (p = "
                       f"{sparse_gap['p_value']:.3g})" if sparse_gap and sparse_gap["p_value"] < 0.05
                       else "none established")
