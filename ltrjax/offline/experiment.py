@@ -353,13 +353,26 @@ def summarize(trials: list[dict], names) -> dict:
 
 
 def markdown_table(algos: dict, title: str = "") -> str:
+    """The estimators' test metrics: mean ± std over trials (the mean alone for one trial), and the trial count."""
     lines = [f"### {title}", ""] if title else []
-    lines.append("| estimator | " + " | ".join(METRICS) + " | train s |")
-    lines.append("|---|" + "---|" * (len(METRICS) + 1))
+    lines.append("| estimator | " + " | ".join(METRICS) + " | trials | train s |")
+    lines.append("|---|" + "---|" * (len(METRICS) + 2))
     for name, e in algos.items():
-        cells = [f"{e[m]:.4f} ± {e['std'][m]:.4f}" for m in METRICS]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {e['seconds']:.1f} |")
+        n = len(e["trials"])
+        cells = [f"{e[m]:.4f} ± {e['std'][m]:.4f}" if n > 1 else f"{e[m]:.4f}" for m in METRICS]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {n} | {e['seconds']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_header(exp: OfflineConfig, dataset: str, source: str, n_trials: int) -> str:
+    """The opening lines of results.md: dataset, click model, protocol, seed, trials, commit."""
+    from ltrjax.report.record import git_commit
+
+    return "\n".join([f"# Offline results on {dataset}", "",
+                      f"- **Dataset**: {dataset}", f"- **Click model**: {exp.click_model.mapping()}",
+                      f"- **Protocol**: {source}; ranker {exp.ranker}",
+                      f"- **Seed** {exp.seed}, **{n_trials} trial{'s' if n_trials != 1 else ''}** (trial t uses seed + t)",
+                      f"- **Commit**: {git_commit() or 'unknown (not a git checkout)'}", "", ""])
 
 
 def _jsonable(x):
@@ -478,7 +491,8 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         click_log = read_click_log(exp.click_log)
     from tqdm import tqdm
 
-    for t in tqdm(range(int(exp.trials)), desc="offline trials", disable=not exp.progress):
+    # disable=None: the bar is off when stderr is not a terminal
+    for t in tqdm(range(int(exp.trials)), desc="offline trials", disable=None if exp.progress else True):
         seed = int(exp.seed) + t
         if t < len(trials):
             print(f"trial {t} (seed {seed}): finished in {out_dir / 'results.json'}, skipped", flush=True)
@@ -491,8 +505,7 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         write_results(out_dir, _jsonable(_results(trials, infos, exp, qs, cfg)))
     results = _results(trials, infos, exp, qs, cfg)
     source = f"click log {exp.click_log}" if exp.click_log else protocol_line(exp, infos)
-    md = markdown_table(results["algorithms"], f"{results['dataset']}: {exp.click_model.mapping()}, "
-                        f"{source}, {len(trials)} trials")
+    md = markdown_header(exp, results["dataset"], source, len(trials)) + markdown_table(results["algorithms"])
     (out_dir / "results.md").write_text(md)
     print(md)
     return _jsonable(results)

@@ -197,7 +197,7 @@ def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int
         from tqdm import tqdm
 
         bar = tqdm(total=n_sessions or n_clicks, desc="logging " + ("sessions" if n_sessions else "clicks"),
-                   leave=False)
+                   leave=False, disable=None)  # disable=None: off on non-TTY output
     while True:
         remaining = (n_sessions - total_sessions) if n_sessions is not None else chunk
         clicks_left = (n_clicks - total_clicks) if n_clicks is not None else float("inf")

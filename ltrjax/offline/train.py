@@ -155,7 +155,7 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=max_epochs, desc=desc or estimator.name, leave=False)
+        bar = tqdm(total=max_epochs, desc=desc or estimator.name, leave=False, disable=None)  # off on non-TTY output
     t0 = time.perf_counter()
 
     def run_epoch(carry, k):
