@@ -46,6 +46,7 @@ def main(argv=None):
     args.out = args.out or str(ROOT / "outputs" / f"bench_offline{'_smoke' if args.smoke else ''}.json")
     from ltrjax.clicks import make_click_model
     from ltrjax.compile_cache import enable_compilation_cache
+    from ltrjax.offline.config import override
     from ltrjax.offline.experiment import (experiment_config, load_queryset,
                                            prepare_trial, run_setting)
     from ltrjax.offline.logging import log_click_stats, log_sessions, reference_session_clicks
@@ -53,9 +54,7 @@ def main(argv=None):
     if args.cache:
         enable_compilation_cache()
     cfg = compose(args.dataset, args.overrides)
-    exp = experiment_config(cfg)
-    exp["progress"] = False
-    exp["n_sessions"] = args.sessions
+    exp = override(experiment_config(cfg), {"progress": False, "n_sessions": args.sessions})
     res = {"dataset": args.dataset, "overrides": args.overrides, "smoke": args.smoke, "cpu_count": os.cpu_count(),
            "devices": [str(d) for d in jax.devices()]}
     t0 = time.perf_counter()
@@ -63,9 +62,9 @@ def main(argv=None):
     res["load_seconds"] = time.perf_counter() - t0
     res["n_queries"], res["n_docs"] = int(qs.n_queries), int(qs.n_docs)
     t0 = time.perf_counter()
-    trial = prepare_trial(qs, exp, int(exp["seed"]))
+    trial = prepare_trial(qs, exp, int(exp.seed))
     res["prepare_seconds"] = time.perf_counter() - t0
-    model = make_click_model(exp["click_model"], int(exp["list_size"]))
+    model = make_click_model(exp.click_model.mapping(), int(trial.logged.mask.shape[1]))
     from ltrjax.offline.experiment import click_relevance
     import jax.numpy as jnp
 
@@ -73,7 +72,7 @@ def main(argv=None):
                                                       click_relevance(trial.logged.labels, exp, trial.y_max), 0.0))
     for tag, seed in (("logging_first_call", 0), ("logging_compiled", 1)):
         t0 = time.perf_counter()
-        stats = log_click_stats(jax.random.PRNGKey(seed), model, logged, args.sessions, chunk=int(exp["logging_chunk"]))
+        stats = log_click_stats(jax.random.PRNGKey(seed), model, logged, args.sessions, chunk=exp.logging_chunk)
         dt = time.perf_counter() - t0
         res[tag] = {"seconds": dt, "sessions_per_s": args.sessions / dt, "clicks": stats.total_clicks}
     s = log_sessions(jax.random.PRNGKey(2), model, logged, args.reference_sessions)
