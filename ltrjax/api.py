@@ -27,7 +27,7 @@ from ltrjax.constraints import ConfigError
 from ltrjax.data.checks import check_list_width
 from ltrjax.data.layout import PaddedDataset, pad_and_bucket
 from ltrjax.data.queryset import QuerySet, offsets_from_counts, random_split
-from ltrjax.offline.estimators import ALL_ESTIMATORS
+from ltrjax.offline.config import OfflineConfig, as_mapping
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.policies.base import Policy
 from ltrjax.online.policies.bm25 import BM25
@@ -146,34 +146,41 @@ def summarize_online(results: Mapping[str, list[TrialResult]]) -> dict[str, dict
                    "cold_ndcg": float(np.mean([r.cold_ndcg for r in rs]))} for name, rs in results.items()}
 
 
+_CLI = OfflineConfig()  # `experiment=offline` of the command line: OfflineSettings takes its defaults from here
+
+
 @dataclasses.dataclass(frozen=True)
 class OfflineSettings:
-    """The offline experiment's settings (``conf/experiment/offline.yaml`` has the same keys and defaults).
+    """The offline experiment's most used settings, with the command line's defaults (``experiment=offline``:
+    ``ltrjax.offline.config.OfflineConfig``, where they are written) except ``trials`` (1) and ``progress`` (off).
+    Every other key keeps the command line's default.
 
     ``click_model`` is the simulated user when no click log is given, and in any case the click model
     whose propensities the estimators are told (with a real click log: your estimate of it).
     """
 
-    estimators: tuple[str, ...] = ALL_ESTIMATORS
+    estimators: tuple[str, ...] = tuple(_CLI.estimators)
     trials: int = 1
     seed: int = 0
-    n_sessions: int = 1_000_000  # sessions logged when no click log is given
-    list_size: int = 10
-    ranker: str = "linear"  # linear | mlp
-    hidden: tuple[int, ...] = (64, 32)
-    click_model: Mapping = dataclasses.field(default_factory=lambda: {"kind": "pbm", "examination": "inverse",
-                                                                      "eta": 1.0, "relevance": "binary"})
-    train: TrainConfig = TrainConfig(max_epochs=300, patience=30)
-    estimator_options: Mapping = dataclasses.field(default_factory=dict)
-    eval_buckets: int = 4
-    logging_chunk: int = 1 << 17
+    n_clicks: int | None = _CLI.n_clicks  # the click budget when no click log is given
+    clicks_per_query: float | None = _CLI.clicks_per_query  # set: the budget in clicks per logged query
+    n_sessions: int | None = _CLI.n_sessions  # set: the budget in sessions
+    list_size: int | None = _CLI.list_size  # None: the whole candidate list (at most list_cap)
+    list_cap: int = _CLI.list_cap
+    ranker: str = _CLI.ranker  # linear | mlp | lambdamart
+    hidden: tuple[int, ...] = tuple(_CLI.hidden)
+    click_model: Mapping = dataclasses.field(default_factory=lambda: as_mapping(_CLI.click_model))
+    train: TrainConfig = _CLI.train
+    estimator_options: Mapping = dataclasses.field(default_factory=dict)  # {estimator: {option: value}}
+    eval_buckets: int = _CLI.eval_buckets
+    logging_chunk: int | None = _CLI.logging_chunk
     progress: bool = False
 
     def experiment(self) -> dict:
         """The ``experiment`` mapping of ``ltrjax.offline.experiment.run_offline``."""
         exp = dataclasses.asdict(self)
         exp.update(estimators=list(self.estimators), hidden=list(self.hidden), click_model=dict(self.click_model),
-                   estimator_options=dict(self.estimator_options))
+                   estimator_options={k: dict(v) for k, v in self.estimator_options.items()})
         return exp
 
 

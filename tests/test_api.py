@@ -198,3 +198,15 @@ def hydra_compose(*overrides):
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         yield compose(config_name="config", overrides=list(overrides))
+
+
+def test_offline_settings_have_the_command_lines_defaults():
+    """``ltrjax.OfflineSettings`` keeps ``experiment=offline``'s defaults (``OfflineConfig``): same budget, lists,
+    estimators, schedule; only trials (1), seed (0) and progress (off) are fixed instead of read from the top level."""
+    import ltrjax
+    from ltrjax.offline.config import OfflineConfig, as_mapping
+
+    api, cli = ltrjax.OfflineSettings().experiment(), as_mapping(OfflineConfig())
+    assert set(api) <= set(cli)
+    assert {k for k in api if api[k] != cli[k]} == {"trials", "seed", "progress"}
+    assert cli["trials"] is None and cli["seed"] is None and cli["progress"] is None  # top-level values on the CLI
