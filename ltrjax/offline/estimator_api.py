@@ -21,14 +21,8 @@ def make(name: str, *, ranker: str, hidden, **options):
     return _registry.make_estimator(name, ranker=ranker, hidden=tuple(hidden), **options)
 
 
-def registered() -> tuple[str, ...]:
-    return tuple(_registry.ALL_ESTIMATORS)
-
-
 def vectorization_table_options(dim: int) -> dict:
     """Per-estimator options of the Vectorization tables: the ULTRA listwise forms of naive and IPS (the paper's
     baselines) and Vectorization's d."""
-    out = {"naive": {"form": "listwise"}, "ips": {"form": "listwise"}, "vectorization": {"dim": int(dim)}}
-    if "ips_oracle" in registered():
-        out["ips_oracle"] = {"form": "listwise"}
-    return out
+    return {"naive": {"form": "listwise"}, "ips": {"form": "listwise"}, "ips_oracle": {"form": "listwise"},
+            "vectorization": {"dim": int(dim)}}

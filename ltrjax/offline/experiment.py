@@ -22,7 +22,7 @@ import numpy as np
 
 from ltrjax.clicks import check_click_model_data, make_click_model, relevance
 from ltrjax.offline import estimator_api
-from ltrjax.offline.config import OfflineConfig, as_mapping, from_mapping, is_oracle
+from ltrjax.offline.config import TOP_LEVEL, OfflineConfig, as_mapping, from_mapping, is_oracle
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
@@ -55,7 +55,7 @@ def experiment_config(cfg) -> OfflineConfig:
         return cfg.resolved()
     top = {}
     if hasattr(cfg, "get") and cfg.get("experiment") is not None:
-        top = {k: cfg.get(k) for k in ("seed", "trials", "progress", "click_log", "save_click_logs")}
+        top = {k: cfg.get(k) for k in TOP_LEVEL}
     return from_mapping(OfflineConfig, plain_experiment(cfg)).resolved(top)
 
 
@@ -416,8 +416,7 @@ def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list
     A file written for another dataset or configuration (other than the trial count) is refused
     (``ltrjax.report.record.RunFolderError``).
     """
-    settings = _jsonable({k: v for k, v in as_mapping(exp).items()})
-    old = check_experiment(out_dir, exp.kind, settings, RESUME_IGNORES, getattr(qs, "name", "?"))
+    old = check_experiment(out_dir, exp.kind, as_mapping(exp), RESUME_IGNORES, getattr(qs, "name", "?"))
     if old is None:
         return [], []
     infos = list(old.get("trials_info") or [])
@@ -502,7 +501,7 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         res = _run_trial(trial, exp, qs, out_dir, t, click_log)
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
-        write_results(out_dir, _jsonable(_results(trials, infos, exp, qs, cfg)))
+        write_results(out_dir, _results(trials, infos, exp, qs, cfg))  # write_results makes it JSON
     results = _results(trials, infos, exp, qs, cfg)
     source = f"click log {exp.click_log}" if exp.click_log else protocol_line(exp, infos)
     md = markdown_header(exp, results["dataset"], source, len(trials)) + markdown_table(results["algorithms"])

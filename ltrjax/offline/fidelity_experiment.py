@@ -286,12 +286,8 @@ def prs_part(qs, fx: FidelityConfig, log=print) -> dict:
 
 def prs_table1(qs, fx: FidelityConfig, exp0: OfflineConfig, log=print) -> dict:
     """PRS Table 1's pair on trees: ``prs_lambda`` against an IPS-lambda (Unbiased LambdaMART), theta estimated by
-    a simulated result-randomization experiment; {"untestable": reason} when the registry lacks one of them."""
+    a simulated result-randomization experiment; {"untestable": reason} without LightGBM."""
     names = ["prs_lambda", "ips_lambda"]
-    missing = [n for n in names if n not in estimator_api.registered()]
-    if missing:
-        return {"untestable": f"the estimator registry has no {', '.join(missing)} (an IPS-weighted lambda loss, "
-                              "Unbiased LambdaMART); only prs_lambda exists"}
     try:
         import lightgbm  # noqa: F401
     except ImportError:
@@ -337,10 +333,7 @@ def prs_claims(part: dict | None, fx: FidelityConfig, qs) -> list:
     out.append(c)
     if "pns" in tab:
         t = F.paired_test(tab["prs"], tab["pns"])
-        c = claim("prs_gt_pns", setting, t, {"prs": _mean(tab["prs"]), "pns": _mean(tab["pns"])})
-        if c["verdict"] != "holds":
-            c["cause"] = "none established"
-        out.append(c)
+        out.append(_no_cause(claim("prs_gt_pns", setting, t, {"prs": _mean(tab["prs"]), "pns": _mean(tab["pns"])})))
     else:
         out.append(untestable("prs_gt_pns", "pns was not among prs.estimators"))
     for cid, key, lo_x, hi_x, what in (("prs_ips_gap_vs_clicks", "clicks", lo, hi, "clicks per query"),
@@ -377,9 +370,7 @@ def prs_claims(part: dict | None, fx: FidelityConfig, qs) -> list:
         c = claim("prs_lambda_gt_ips_lambda", f"{getattr(qs, 'name', '?')}, {px.table1_ranker} trees, whole lists, "
                   f"theta estimated by result randomization", t,
                   {n: _mean(v) for n, v in t1["table"].items()})
-        if c["verdict"] != "holds":
-            c["cause"] = "none established"
-        out.append(c)
+        out.append(_no_cause(c))
     return out
 
 
@@ -398,9 +389,7 @@ def vector_eh_claim(chk: dict | None, fx: FidelityConfig) -> dict:
     c = claim("vec_eh_beats_scalar", f"{fx.vector_eh.bed} bed, basis_queryset({fx.vector_eh.n_queries} queries), "
               f"vector EH d = {d}", {**{k: worst[k] for k in ("mean_diff", "std_diff", "wins", "n")}, "p_value": p},
               {r["claim"].split("> ")[1].split(" ")[0]: r["mean_diff"] for r in rows})
-    if c["verdict"] != "holds":
-        c["cause"] = "none established"
-    return c
+    return _no_cause(c)
 
 
 # --------------------------------------------------------------------------- files
@@ -520,7 +509,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else E.load_queryset(cfg, base_offline(fx, "linear"))
-    check_experiment(out_dir, "offline_fidelity", E._jsonable(as_mapping(fx)), RESUME_IGNORES, getattr(qs, "name", "?"))
+    check_experiment(out_dir, "offline_fidelity", as_mapping(fx), RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     vec_reason = vectorization_untestable(qs)
     header = {"dataset": f"{getattr(qs, 'name', '?')} ({int(qs.n_queries)} queries, {int(qs.y_max) + 1} grades)",
@@ -550,7 +539,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
                                                     "vectorization" in fx.parts else "the Vectorization part was not "
                                                                                      "run (experiment.parts)")
                              + [vector_eh_claim(parts.get("vector_eh"), fx)])
-        write_results(out_dir, E._jsonable(results))
+        write_results(out_dir, results)  # write_results makes it JSON
         (out_dir / "results.md").write_text(markdown(E._jsonable(results)))
 
     if "prs" in fx.parts and fx.prs.estimators:

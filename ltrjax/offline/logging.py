@@ -203,7 +203,7 @@ def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int
         clicks_left = (n_clicks - total_clicks) if n_clicks is not None else float("inf")
         if remaining <= 0 or clicks_left <= 0:
             break
-        before = float(jnp.sum(stats.clicks)) if n_clicks is not None else 0.0
+        before = total_clicks  # the clicks of the chunks so far (0.0 without a click budget)
         stats, query, clicks, kept = _log_chunk(key, i, remaining, jnp.float32(min(clicks_left, 3e38)), stats, model,
                                                 logged, chunk)
         kept = int(kept)

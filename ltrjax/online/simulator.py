@@ -554,12 +554,11 @@ class Simulator:
         trial_of, trials = group_trials(keys)
         mains = [self.session_plan(t.plan)[1] for t in trials]
         n_main = min(len(mains[0]), n_sessions or len(mains[0]))
-        _, _, segments, plans = self.main_segments(mains, n_main)
+        points, _, segments, plans = self.main_segments(mains, n_main)
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
         initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
-        points = update_points(n_main, self.config.n_segments)
         _, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
                                        trial_of, self.segment_widths(mains, points))
         return states, n_main

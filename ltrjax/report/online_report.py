@@ -29,7 +29,6 @@ from ltrjax.report.tables import exploitation_ratio_markdown, metric_labels, onl
 from ltrjax.report.results import atomic_write
 
 METRICS = ("cum_ndcg", "warm_ndcg", "cold_ndcg")
-LABELS = metric_labels(5)  # the papers' K; reports use ``run_labels`` (the run's sim.top_k)
 TABLE_METRICS = ("cold_ndcg", "warm_ndcg", "cum_ndcg")  # EBRank Table 3 column order
 
 

@@ -268,12 +268,9 @@ def hold_run_folder(out_dir: Path) -> Iterator[Path]:
 def experiment_record(kind: str, cfg) -> dict:
     """The ``record`` block of an offline or fidelity results.json: ``run_record`` and the resolved dataset block
     of ``cfg`` (None when the run names none)."""
-    dataset = cfg.get("dataset") if hasattr(cfg, "get") else None
-    try:
-        from omegaconf import OmegaConf
+    from omegaconf import OmegaConf
 
-        if OmegaConf.is_config(dataset):
-            dataset = OmegaConf.to_container(dataset, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
+    dataset = cfg.get("dataset") if hasattr(cfg, "get") else None
+    if OmegaConf.is_config(dataset):
+        dataset = OmegaConf.to_container(dataset, resolve=True)
     return {**run_record(kind), "dataset": jsonable(dataset)}

@@ -13,10 +13,6 @@ from ltrjax.report.record import RESULTS, atomic_write, differences, jsonable, r
 __all__ = ["ResultsWriter", "atomic_write", "same_protocol"]
 
 
-def _clean(value: Any) -> Any:
-    return jsonable(value)
-
-
 def same_protocol(key: str, a: Any, b: Any) -> bool:
     """Whether two results headers' ``key`` values describe the same protocol: ``sim`` blocks are compared
     without the keys that change only what is evaluated along the way (``simulator.REPORTING_KEYS``)."""
@@ -53,8 +49,8 @@ class ResultsWriter:
         path = self.out_dir / RESULTS
         diffs = []
         for key in keys:
-            if key in old and not same_protocol(key, _clean(self.header.get(key)), old[key]):
-                mine = _clean(self.header.get(key))
+            if key in old and not same_protocol(key, jsonable(self.header.get(key)), old[key]):
+                mine = jsonable(self.header.get(key))
                 if key == "sim":
                     from ltrjax.online.simulator import protocol_of
 
@@ -89,7 +85,7 @@ class ResultsWriter:
         self.write()
 
     def as_dict(self) -> dict:
-        return _clean({**self.header, "algorithms": self.algorithms})
+        return jsonable({**self.header, "algorithms": self.algorithms})
 
     def write(self) -> None:
         write_results(self.out_dir, self.as_dict())
