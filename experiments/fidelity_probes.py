@@ -1,4 +1,4 @@
-"""Probes of why Vectorization loses on d = 3 vector-EH clicks (issue 11; README "Offline fidelity").
+"""Probes of why Vectorization loses on d = 3 vector-EH clicks (issue 11; docs/fidelity.md).
 
     python experiments/fidelity_probes.py OUT_DIR [probe ...]      # the committed figures (docs/results/
                                                                     # fidelity_vector_eh/probes/; ~1 h on one core)

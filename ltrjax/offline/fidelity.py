@@ -329,7 +329,7 @@ SCALAR = ("naive", "ips", "dla", "regression_em", "affine")
 
 @dataclasses.dataclass(frozen=True)
 class TestBed:
-    """Data, ranker and logging policy of the vector-EH checks (README "Offline fidelity").
+    """Data, ranker and logging policy of the vector-EH checks (docs/fidelity.md).
 
     ``noise``: feature noise of ``basis_queryset``; ``junk``: weight of d = 3's "anything but junk" component
     (``vector_eh``); ``boost``: ``logging_boost`` weight on the first pure-noise feature, a feature the labels

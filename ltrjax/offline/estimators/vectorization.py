@@ -13,7 +13,7 @@ Schedule: validation-based early stopping may end training only after ``freeze +
 joint_steps`` steps (default 500 + 4000; the paper trains 15k-30k). With the former ``freeze +
 200`` the observation vectors had barely left their initial 1 when training stopped: on trust-bias
 clicks Vectorization (d = 2) then trailed Affine by .047 NDCG@10, with 4000 joint steps it equals
-it (README "Offline fidelity", ``tests/test_fidelity.py``). Validation selects the checkpoint from the
+it (docs/fidelity.md, ``tests/test_fidelity.py``). Validation selects the checkpoint from the
 end of the freeze on (``Estimator.select_from``), as for every other estimator; before, the forced steps
 left Vectorization with its last iterate (d = 3 vector-EH clicks: .742 -> .757 NDCG@10). ``observation_init`` and
 ``train_observation`` (diagnostics) start the o_k at given vectors and/or keep them fixed.
