@@ -470,12 +470,12 @@ def _trust_check(qs, seeds, n_sessions, margin, over, raw, log) -> list:
 
 
 def run_checks(bed: str, seeds, n_queries: int = 300, n_sessions: int = 200_000, dims=(3, 2), margin: float = 0.01,
-               old_schedule=(), log=print, over=None) -> dict:
+               old_schedule=(), log=print, over=None, pbm: bool = True, trust: bool = True) -> dict:
     """``vector_eh_checks`` on the test bed ``BEDS[bed]`` (``over``: further experiment overrides, e.g. ``train``),
     with the bed's and sizes' description."""
     tb = BEDS[bed]
     out = vector_eh_checks(tb.queryset(n_queries), list(seeds), n_sessions, tuple(dims), margin, tuple(old_schedule),
-                           log=log, over={**tb.over(), **(over or {})}, junk=tb.junk)
+                           log=log, over={**tb.over(), **(over or {})}, junk=tb.junk, pbm=pbm, trust=trust)
     return {**out, "bed": dataclasses.asdict(tb), "seeds": [int(s) for s in seeds], "n_queries": int(n_queries),
             "n_sessions": int(n_sessions)}
 

@@ -563,7 +563,8 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     if "vector_eh" in fx.parts and vx.seeds > 0:
         seeds = range(vx.first_seed, vx.first_seed + vx.seeds)
         chk = F.run_checks(vx.bed, seeds, vx.n_queries, vx.n_sessions, tuple(vx.dims), float(fx.margin),
-                           tuple(vx.old_schedule), log=log, over={"train": as_mapping(fx.train)})
+                           tuple(vx.old_schedule), log=log, over={"train": as_mapping(fx.train)}, pbm=False,
+                           trust=False)  # the Vectorization part runs PBM and trust bias on the papers' models
         parts["vector_eh"] = chk
         results["vector_eh"] = {"claims": chk["claims"], "raw": chk["raw"]}
     save()

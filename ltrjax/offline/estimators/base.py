@@ -73,6 +73,10 @@ class Estimator:
     # fit(estimator, data, key, n_features, cfg, validate=, props=) -> FitResult replacing ``train.fit``'s
     # gradient loop (the tree ensembles of ``ltrjax.offline.gbdt``); None: the shared loop
     fitter: Callable[..., Any] | None = None
+    # pair_weights(state, batch, scores) -> w [B, K, K] for an estimator whose loss is exactly
+    # ``pairwise_loss(s, w, mask) / n_sessions(batch)`` with w constant in s (``pairwise_estimator``): the trees
+    # then take the Hessian diagonal in closed form (``pair_hessian_diagonal``) instead of K Hessian-vector products
+    pair_weights: Callable[..., Any] | None = None
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -104,6 +108,26 @@ def pair_mask(mask):
 def pairwise_loss(scores, pair_weights, mask):
     """sum_{i,j} w_ij l_ij over valid pairs."""
     return jnp.sum(jnp.where(pair_mask(mask), pair_weights * pair_logistic(scores), 0.0))
+
+
+def pair_hessian_diagonal(scores, pair_weights, mask):
+    """diag d^2/ds^2 of ``pairwise_loss`` with weights constant in s: h_i = sum_j (w_ij + w_ji) rho_ij (1 - rho_ij),
+    rho_ij = sigma(s_i - s_j) (LambdaMART's Newton denominator; Burges 2010, MSR-TR-2010-82)."""
+    rho = jax.nn.sigmoid(scores[..., :, None] - scores[..., None, :])
+    a = jnp.where(pair_mask(mask), pair_weights, 0.0) * rho * (1.0 - rho)  # symmetric in rho: a_ij uses rho_ij
+    return jnp.sum(a, axis=-1) + jnp.sum(a, axis=-2)
+
+
+def pairwise_estimator(name: str, scorer, pair_weights) -> "Estimator":
+    """An estimator with loss sum_ij w_ij l_ij / N, w = ``pair_weights(state, batch, scores)`` (constant in s:
+    any dependence on the scores, e.g. |Delta NDCG|, goes through ``stop_gradient``), over the sessions N."""
+
+    def loss(params, state, batch, key):
+        s = ranker_scores(scorer, params, batch.features)
+        w = jax.lax.stop_gradient(pair_weights(state, batch, s))
+        return pairwise_loss(s, w, batch.mask) / n_sessions(batch), next_step(state)
+
+    return Estimator(name, init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply), pair_weights=pair_weights)
 
 
 def ranks_of(scores, mask):

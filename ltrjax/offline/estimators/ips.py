@@ -16,7 +16,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from ltrjax.offline.estimators.base import (Estimator, delta_dcg, init_scalar_ranker, n_sessions, next_step,
-                                            pairwise_loss, ranker_scores, scalar_scores,
+                                            pairwise_estimator, ranker_scores, scalar_scores,
                                             weighted_softmax_ce)
 
 
@@ -29,14 +29,14 @@ def ips_weights(theta, clip=None):
 def make(scorer, *, form: str = "pairwise", clip: float | None = None) -> Estimator:
     """``form``: "pairwise" (PRS Eq. 6) or "listwise" (ULTRA IPWrank); ``clip``: M in min(1/theta, M), None = off."""
 
+    if form != "listwise":
+        return pairwise_estimator("ips", scorer, lambda state, batch, s: batch.pairs * ips_weights(
+            state["props"].theta, clip)[:, None])
+
     def loss(params, state, batch, key):
         w = ips_weights(state["props"].theta, clip)
         s = ranker_scores(scorer, params, batch.features)
-        if form == "listwise":
-            total = weighted_softmax_ce(s, batch.clicks * w, batch.mask)
-        else:
-            total = pairwise_loss(s, batch.pairs * w[:, None], batch.mask)
-        return total / n_sessions(batch), next_step(state)
+        return weighted_softmax_ce(s, batch.clicks * w, batch.mask) / n_sessions(batch), next_step(state)
 
     return Estimator("ips", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
 
@@ -49,10 +49,7 @@ def make_oracle(scorer, *, form: str = "pairwise", clip: float | None = None) ->
 def make_lambda(scorer, *, clip: float | None = None) -> Estimator:
     """IPS-weighted LambdaMART pairs: w_{k_i} |Delta NDCG_ij| l_ij (module docstring); ``clip`` as for ``make``."""
 
-    def loss(params, state, batch, key):
-        w = ips_weights(state["props"].theta, clip)
-        s = ranker_scores(scorer, params, batch.features)
-        pw = batch.pairs_lambda * w[:, None] * delta_dcg(s, batch.mask)
-        return pairwise_loss(s, pw, batch.mask) / n_sessions(batch), next_step(state)
+    def pair_weights(state, batch, s):
+        return batch.pairs_lambda * ips_weights(state["props"].theta, clip)[:, None] * delta_dcg(s, batch.mask)
 
-    return Estimator("ips_lambda", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
+    return pairwise_estimator("ips_lambda", scorer, pair_weights)

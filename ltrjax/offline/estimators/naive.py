@@ -5,19 +5,18 @@ propensities equal). ``form="listwise"``: the ULTRA softmax loss -sum_i c_i log 
 """
 
 from ltrjax.offline.estimators.base import (Estimator, init_scalar_ranker, n_sessions, next_step,
-                                            pairwise_loss, ranker_scores, scalar_scores,
+                                            pairwise_estimator, ranker_scores, scalar_scores,
                                             weighted_softmax_ce)
 
 
 def make(scorer, *, form: str = "pairwise") -> Estimator:
     """``form``: "pairwise" (PRS §5.1) or "listwise" (ULTRA softmax)."""
 
+    if form != "listwise":
+        return pairwise_estimator("naive", scorer, lambda state, batch, s: batch.pairs)
+
     def loss(params, state, batch, key):
         s = ranker_scores(scorer, params, batch.features)
-        if form == "listwise":
-            total = weighted_softmax_ce(s, batch.clicks, batch.mask)
-        else:
-            total = pairwise_loss(s, batch.pairs, batch.mask)
-        return total / n_sessions(batch), next_step(state)
+        return weighted_softmax_ce(s, batch.clicks, batch.mask) / n_sessions(batch), next_step(state)
 
     return Estimator("naive", init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))

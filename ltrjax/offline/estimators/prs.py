@@ -9,8 +9,7 @@ multiplies each pair by |Delta NDCG_ij| of swapping i and j in the ranking by th
 
 import jax.numpy as jnp
 
-from ltrjax.offline.estimators.base import (Estimator, delta_dcg, init_scalar_ranker, n_sessions,
-                                            next_step, pairwise_loss, ranker_scores, scalar_scores)
+from ltrjax.offline.estimators.base import Estimator, delta_dcg, pairwise_estimator
 
 
 def prs_weights(theta, gamma=1.0):
@@ -21,17 +20,13 @@ def prs_weights(theta, gamma=1.0):
 
 def _make(scorer, gamma, lambda_variant: bool) -> Estimator:
 
-    def loss(params, state, batch, key):
+    def pair_weights(state, batch, s):
         w = prs_weights(state["props"].theta, gamma)
-        s = ranker_scores(scorer, params, batch.features)
         if lambda_variant:
-            pw = batch.pairs_lambda * w * delta_dcg(s, batch.mask)
-        else:
-            pw = batch.pairs * w
-        return pairwise_loss(s, pw, batch.mask) / n_sessions(batch), next_step(state)
+            return batch.pairs_lambda * w * delta_dcg(s, batch.mask)
+        return batch.pairs * w
 
-    name = "prs_lambda" if lambda_variant else "prs"
-    return Estimator(name, init_scalar_ranker(scorer), loss, scalar_scores(scorer.apply))
+    return pairwise_estimator("prs_lambda" if lambda_variant else "prs", scorer, pair_weights)
 
 
 def make(scorer, *, gamma: float | None = 1.0) -> Estimator:
