@@ -87,8 +87,9 @@ def use_compilation_cache(args) -> str | None:
     if args.no_compilation_cache:
         jax.config.update("jax_compilation_cache_dir", None)
         return None
-    if args.cache_dir is None and jax.config.jax_compilation_cache_dir:
-        return str(jax.config.jax_compilation_cache_dir)
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
+    if args.cache_dir is None and current:
+        return str(current)
     return enable_compilation_cache(args.cache_dir)
 
 
@@ -108,8 +109,23 @@ def dataset_overrides(preset: str, queries: int | None) -> list[str]:
 
 
 # --------------------------------------------------------------------------- compilation
-_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                   "/jax/core/compile/backend_compile_duration")
+def _compile_events() -> tuple[str, str, str]:
+    """JAX's (trace, lower, backend compile) duration event names: its own constants where it still has them
+    (private; they moved before), else the names of JAX 0.4-0.10."""
+    names = ["/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+             "/jax/core/compile/backend_compile_duration"]
+    try:
+        from jax._src import dispatch
+
+        for i, attr in enumerate(("JAXPR_TRACE_EVENT", "JAXPR_TO_MLIR_MODULE_EVENT", "BACKEND_COMPILE_EVENT")):
+            value = getattr(dispatch, attr, None)
+            names[i] = value if isinstance(value, str) else names[i]
+    except Exception:  # noqa: BLE001 - the fallback names are used
+        pass
+    return tuple(names)
+
+
+_COMPILE_EVENTS = _compile_events()
 _BACKEND_EVENT = _COMPILE_EVENTS[-1]
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
@@ -120,49 +136,97 @@ class CompileMeter:
 
     Uses ``jax.monitoring`` events (one pair of listeners per process): the backend-compile duration event fires
     for every program handed to the backend, a persistent-cache hit included, so ``compiles`` is those events
-    minus the cache-hit events.
+    minus the cache-hit events. When the listeners are registered, one tiny program is compiled to check that
+    the backend-compile event still arrives; where it does not (a JAX that renamed its events or its monitoring
+    API), ``available`` is False and ``seconds``, ``compiles`` and ``cache_hits`` are None instead of a wrong 0.
     """
 
     _lock = threading.Lock()
     _registered = False
+    available = False  # the listeners are registered and saw the probe's backend-compile event
+    _backend_events = 0  # every backend-compile event of the process (the probe's check)
     _active: list["CompileMeter"] = []
 
     def __init__(self):
-        self.seconds = 0.0
-        self.requests = 0
-        self.cache_hits = 0
+        self._seconds = 0.0
+        self._requests = 0
+        self._cache_hits = 0
 
     @property
-    def compiles(self) -> int:
-        return self.requests - self.cache_hits
+    def seconds(self) -> float | None:
+        return self._seconds if CompileMeter.available else None
+
+    @property
+    def requests(self) -> int | None:
+        return self._requests if CompileMeter.available else None
+
+    @property
+    def cache_hits(self) -> int | None:
+        return self._cache_hits if CompileMeter.available else None
+
+    @property
+    def compiles(self) -> int | None:
+        return self._requests - self._cache_hits if CompileMeter.available else None
 
     @classmethod
     def _listener(cls, event: str, duration: float, **_):
         if event in _COMPILE_EVENTS:
+            cls._backend_events += event == _BACKEND_EVENT
             for meter in cls._active:
-                meter.seconds += float(duration)
-                meter.requests += event == _BACKEND_EVENT
+                meter._seconds += float(duration)
+                meter._requests += event == _BACKEND_EVENT
 
     @classmethod
     def _hit_listener(cls, event: str, **_):
         if event == _CACHE_HIT_EVENT:
             for meter in cls._active:
-                meter.cache_hits += 1
+                meter._cache_hits += 1
+
+    @classmethod
+    def _register(cls) -> None:
+        """Register the listeners once per process and check them with one fresh program (not metered)."""
+        try:
+            import jax
+            import numpy as np
+            from jax import monitoring
+
+            monitoring.register_event_duration_secs_listener(cls._listener)
+            monitoring.register_event_listener(cls._hit_listener)
+            before = cls._backend_events
+            jax.block_until_ready(jax.jit(lambda x: x * 2 + 1)(np.float32(1)))  # a new function: always compiled
+            cls.available = cls._backend_events > before
+        except Exception:  # noqa: BLE001 - metering is informative; a JAX without these APIs reports None
+            cls.available = False
+        if not cls.available:
+            print("benchlib.CompileMeter: no JAX compile events seen; compile seconds and counts reported as None",
+                  file=sys.stderr, flush=True)
 
     def __enter__(self) -> "CompileMeter":
-        from jax import monitoring
-
         with self._lock:
             if not CompileMeter._registered:
-                monitoring.register_event_duration_secs_listener(CompileMeter._listener)
-                monitoring.register_event_listener(CompileMeter._hit_listener)
                 CompileMeter._registered = True
+                CompileMeter._register()
             CompileMeter._active.append(self)
         return self
 
     def __exit__(self, *exc):
         with self._lock:
             CompileMeter._active.remove(self)
+
+
+def minus(a, b):
+    """``a - b``, or None where either is None (a ``CompileMeter`` figure that is not available)."""
+    return None if a is None or b is None else a - b
+
+
+def plus(*xs):
+    """The sum of ``xs``, or None where any is None."""
+    return None if any(x is None for x in xs) else sum(xs)
+
+
+def ratio(a, b):
+    """``a / b``, or None where either is None or ``b`` is not positive."""
+    return None if a is None or b is None or not b > 0 else a / b
 
 
 # --------------------------------------------------------------------------- timing
@@ -302,10 +366,21 @@ def _jsonable(x):
 
 
 def machine() -> dict:
+    """Where the numbers were measured: JAX's backend and device, the versions, the host's cores and load."""
     import os
+    import platform
 
     import jax
 
-    return {"backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+    try:
+        import jaxlib
+
+        jaxlib_version = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
+    except Exception:  # noqa: BLE001 - a version string is informative only
+        jaxlib_version = None
+    device = jax.devices()[0]
+    return {"backend": jax.default_backend(), "device_kind": device.device_kind,
             "devices": jax.device_count(), "cpu_count": os.cpu_count(),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "jax_version": jax.__version__, "jaxlib_version": jaxlib_version,
+            "python_version": platform.python_version()}

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
+from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine, ratio,  # noqa: E402
                       online_overrides, prepare_sharing, use_compilation_cache)
 
 
@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
            "other_seconds": t_run - sum(split.values()),
            "compile_seconds": compile_meter.seconds, "compiles": compile_meter.compiles,
            "compile_cache_hits": compile_meter.cache_hits,
-           "compile_share": compile_meter.seconds / (t_data + t_run), "compilation_cache": cache,
+           "compile_share": ratio(compile_meter.seconds, t_data + t_run), "compilation_cache": cache,
            "doc_slot_occupancy": occupancy, "segment_width_shapes": sim.width_shapes(),
            "alpha_seconds_7_over_1": sharing["ratio"], "alpha_sharing": sharing,
            "timings": timings, "retrains": len([i for i in result.train_info if not i.get("skipped")]),

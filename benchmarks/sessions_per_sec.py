@@ -44,11 +44,16 @@ so it is the conservative one, and robust to other load on a shared machine).
     python benchmarks/sessions_per_sec.py --families ebrank --populations 1,8
     python benchmarks/sessions_per_sec.py --queries 30000          # bigger
     python benchmarks/sessions_per_sec.py --smoke --json           # seconds, for tests (ebrank, pdgd; 1, 2)
+    python benchmarks/sessions_per_sec.py --families ebrank --populations 1,8,64,256 sim.click_rng=device  # a GPU
+
+Trailing arguments are Hydra overrides of conf/config.yaml, applied after the script's own (``overrides`` in the
+JSON); the JSON also gives the backend and device (``backend``, ``device_kind``) and the JAX version.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -199,9 +204,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): for tests")
     parser.add_argument("--json", action="store_true", help="print only the JSON object (as the last line)")
+    parser.add_argument("--progress-json", action="store_true",
+                        help="also print each population's detail as one line 'population {JSON}' once measured "
+                             "(what survives if the run is stopped before its final JSON)")
     add_cache_arguments(parser)
+    parser.add_argument("overrides", nargs="*",
+                        help="extra Hydra overrides, applied last, e.g. sim.click_rng=device (recorded in the JSON)")
     args = parser.parse_args(argv)
-    use_compilation_cache(args)
+    cache = use_compilation_cache(args)
     if args.smoke:
         args.queries, args.populations, args.repeats = min(args.queries, 60), "1,2", 1
         args.segments, args.family_segments, args.reference_sessions = 2, 1, min(args.reference_sessions, 300)
@@ -213,7 +223,7 @@ def main(argv=None) -> dict:
     overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
     if args.max_lanes:
         overrides.append(f"sim.max_lanes={args.max_lanes}")
-    cfg = compose(overrides)
+    cfg = compose(overrides + list(args.overrides))
     queryset, data = load_data(cfg)
     n_updates = int(cfg.sim.n_updates)
 
@@ -228,12 +238,16 @@ def main(argv=None) -> dict:
                 d = detail[family][population]
                 print(f"{family:>14} x{population:<3} {d['sessions_per_sec']:>12,.0f} sessions/s "
                       f"(wall {d['wall_sessions_per_sec']:,.0f}, program {d['program_sessions_per_sec'] or 0:,.0f}; "
-                      f"{d['total_sessions']} sessions, compile {d['compile_seconds']:.1f} s)", flush=True)
+                      f"{d['total_sessions']} sessions, compile {d['compile_seconds'] or 0:.1f} s)", flush=True)
+            if args.progress_json:
+                print("population " + json.dumps({"family": family, **detail[family][population]}, default=str),
+                      flush=True)
         families_table[family] = {p: detail[family][p]["sessions_per_sec"] for p in populations}
 
     out = {"queries": data.n_queries, "mean_docs_per_query": float(np.mean(queryset.docs_per_query)),
            "buckets": [list(b.labels.shape) for b in data.buckets], "sessions": segment_sessions(cfg, data)[0],
-           "populations": populations, "families": families_table}
+           "populations": populations, "families": families_table,
+           "overrides": list(args.overrides), "click_rng": str(cfg.sim.click_rng), "compilation_cache": cache}
     if HEADLINE in families:
         policy = build_policy(HEADLINE, data)
         ref, ref_cpu, n_ref = reference_rate(cfg, data, policy, args.reference_sessions, args.seed)

@@ -22,6 +22,10 @@ the members' trajectories part, which ``max_abs_diff`` and ``same_choice`` then 
     python benchmarks/sweep.py --json                  # 5 seeds x 7 values = 35 members (many minutes)
     python benchmarks/sweep.py --seeds 2 --queries 400
     python benchmarks/sweep.py --smoke --json          # 2 seeds x 2 values, 60 queries, one retrain: seconds
+    python benchmarks/sweep.py --json --member-batch 35 sim.click_rng=device   # vmapped fits (a GPU)
+
+``--member-batch B`` sets EBRank's ``fit.member_batch`` (both runs: the serial one's single member is vmapped
+alone); trailing arguments are Hydra overrides. ``member_batch``, ``click_rng`` and ``overrides`` are in the JSON.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine,  # noqa: E402
-                      online_overrides, prepare_sharing, use_compilation_cache)
+from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine, minus,  # noqa: E402
+                      online_overrides, plus, prepare_sharing, ratio, use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
@@ -54,6 +58,10 @@ def phase_timings(results, starts) -> dict:
     return {k: float(sum(results[i].timings.get(k, 0.0) for i in starts)) for k in keys}
 
 
+def _round(seconds):
+    return None if seconds is None else round(seconds, 1)
+
+
 def retrains(result) -> int:
     return len([i for i in result.train_info if not i.get("skipped")])
 
@@ -62,6 +70,9 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="trials (seed, t) for t < this")
     parser.add_argument("--grid", default=None, help="comma-separated epsilon values (default: ebrank.yaml tune)")
+    parser.add_argument("--member-batch", type=int, default=None,
+                        help="EBRank's fit.member_batch: members' retraining fits vmapped side by side (35: all of "
+                             "the default sweep's; default: conf/algorithm/ebrank.yaml, one after another)")
     add_online_arguments(parser, "2 seeds x 2 values, 60 queries, 1,500 sessions (one retrain)")
     args = parser.parse_args(argv)
 
@@ -73,7 +84,8 @@ def main(argv=None) -> dict:
     if args.smoke:
         args.seeds = min(args.seeds, 2)
     cache = use_compilation_cache(args)
-    cfg = compose(online_overrides(args) + list(args.overrides))
+    member_batch = [f"++algorithms.{ALGORITHM}.fit.member_batch={args.member_batch}"] if args.member_batch else []
+    cfg = compose(online_overrides(args) + member_batch + list(args.overrides))
     tune_split = str(cfg.experiment.get("tune_split", "vali"))
     tic = time.perf_counter()
     _, data = load_data(cfg)
@@ -102,7 +114,7 @@ def main(argv=None) -> dict:
         jax.block_until_ready([r.final_params for r in population])
         population_seconds = time.perf_counter() - tic
     if not args.json:
-        print(f"population: {population_seconds:.1f} s (compile {pop_compile.seconds:.1f} s)", flush=True)
+        print(f"population: {population_seconds:.1f} s (compile {_round(pop_compile.seconds)} s)", flush=True)
 
     # (b) the same members one at a time, on a fresh simulator and policy
     serial_sim, serial_policy, _ = build(cfg, data)
@@ -115,7 +127,7 @@ def main(argv=None) -> dict:
             per_member.append(time.perf_counter() - t0)
         serial_seconds = time.perf_counter() - tic
     if not args.json:
-        print(f"serial: {serial_seconds:.1f} s (compile {serial_compile.seconds:.1f} s)", flush=True)
+        print(f"serial: {serial_seconds:.1f} s (compile {_round(serial_compile.seconds)} s)", flush=True)
 
     diffs = {"cum_ndcg": [], "warm_ndcg": [], "cold_ndcg": []}
     for a, b in zip(population, serial):
@@ -131,8 +143,8 @@ def main(argv=None) -> dict:
 
     occupancy = sim.doc_slot_occupancy(policy, keys)  # the population's plans again (deterministic)
     sharing = prepare_sharing(policy, data, members=7, repeats=1 if args.smoke else 3)
-    pop_excl = population_seconds - pop_compile.seconds
-    serial_excl = serial_seconds - serial_compile.seconds
+    pop_excl = minus(population_seconds, pop_compile.seconds)
+    serial_excl = minus(serial_seconds, serial_compile.seconds)
     out = {
         "population_seconds": population_seconds,
         "serial_seconds": serial_seconds,
@@ -141,9 +153,9 @@ def main(argv=None) -> dict:
         "population_compile_seconds": pop_compile.seconds,
         "serial_compile_seconds": serial_compile.seconds,
         "population_compiles": pop_compile.compiles,
-        "compiles": pop_compile.compiles + serial_compile.compiles,
-        "compile_cache_hits": pop_compile.cache_hits + serial_compile.cache_hits,
-        "compile_seconds": pop_compile.seconds + serial_compile.seconds,
+        "compiles": plus(pop_compile.compiles, serial_compile.compiles),
+        "compile_cache_hits": plus(pop_compile.cache_hits, serial_compile.cache_hits),
+        "compile_seconds": plus(pop_compile.seconds, serial_compile.seconds),
         "compilation_cache": cache,
         "doc_slot_occupancy": occupancy,
         "segment_width_shapes": sim.width_shapes(),
@@ -152,12 +164,15 @@ def main(argv=None) -> dict:
         "serial_compiles": serial_compile.compiles,
         "population_seconds_excluding_compile": pop_excl,
         "serial_seconds_excluding_compile": serial_excl,
-        "speedup_excluding_compile": serial_excl / pop_excl if pop_excl > 0 else None,
+        "speedup_excluding_compile": ratio(serial_excl, pop_excl),
         "max_abs_diff": float(values.max()) if values.size else 0.0,
         "max_abs_diff_by_metric": {k: float(max(v)) for k, v in diffs.items()},
         "same_choice": chosen["population"] == chosen["serial"],
         "chosen": {k: [grid_label(c) for c in v] for k, v in chosen.items()},
         "tune_split": tune_split,
+        "member_batch": int(policy.fit_config.member_batch),  # the fits' vmap width (1: one member after another)
+        "click_rng": str(cfg.sim.click_rng),
+        "overrides": member_batch + list(args.overrides),
         "members": len(keys),
         "seeds": len(seeds),
         "grid": [grid_label(g) for g in grid],

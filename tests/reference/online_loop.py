@@ -16,7 +16,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from ltrjax.clicks import relevance
 from ltrjax.metrics import ideal_dcg
@@ -198,6 +197,8 @@ def assert_matches_reference(sim, result, reference):
     """The simulator's trial ``result`` (run with ``keep_logs``) equals ``run_reference``'s output:
     shown lists, clicks, per-session and cumulative NDCG, and per query the entered documents, the issue
     count and every counter."""
+    import pytest  # here, not at the top: benchmarks/sessions_per_sec.py runs this loop where pytest is absent
+
     ref, ndcg, shown, clicked, split, _ = reference
     np.testing.assert_array_equal(np.concatenate([log.shown for log in result.logs]), shown)
     np.testing.assert_array_equal(np.concatenate([log.clicks for log in result.logs]), clicked)

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Issue 22's GPU measurements in one run, from the repository root of a machine with a GPU:
+#   1. the carried wheels (.whl/*.whl: hydra-core, omegaconf, antlr4-python3-runtime, rax) unpacked into $SITE;
+#   2. the machine: nvidia-smi, Python, JAX and its devices (stops here unless JAX's backend is a GPU);
+#   3. a smoke run (sessions_per_sec.py --smoke), which stops the script if the project does not run;
+#   4. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 with sim.click_rng=device;
+#   5. benchmarks/sweep.py, 35 members (5 seeds x 7 epsilon values) with vmapped fits (--member-batch 35) and
+#      sim.click_rng=device.
+# Each step runs under `timeout`, within one budget for the whole script ($BUDGET seconds), so one hang
+# cannot eat the machine's time. Files written to $OUT (flat): log.txt (everything), smoke.{log,json},
+# sessions_per_sec.{log,json}, sweep.{log,json}. A step's JSON is its last output line, kept only if complete.
+#
+#   bash benchmarks/gpu_check.sh                     # on the GPU machine (OUT=folder; default /tmp/gpu_check)
+#   SMOKE=1 bash benchmarks/gpu_check.sh             # anywhere (3.5 min on a loaded 2-core CPU): --smoke sizes
+#
+# Settings (environment): PYTHON (python3), OUT, BUDGET (420 s), SITE (/tmp/site), CACHE (persistent XLA cache,
+# /tmp/ltrjax-xla), SPS_QUERIES (1000: at 4000 queries the host-side session draws of 256 members take minutes),
+# SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (35), REQUIRE_GPU (1; 0 with SMOKE=1). docs/results/gpu/README.md.
+set -u -o pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+ROOT=$PWD
+PY=${PYTHON:-python3}
+SMOKE=${SMOKE:-0}
+OUT=${OUT:-/tmp/gpu_check}
+BUDGET=${BUDGET:-420}
+SITE=${SITE:-/tmp/site}
+CACHE=${CACHE:-/tmp/ltrjax-xla}
+SPS_QUERIES=${SPS_QUERIES:-1000}
+SPS_POPULATIONS=${SPS_POPULATIONS:-1,8,64,256}
+MEMBER_BATCH=${MEMBER_BATCH:-35}
+if [ "$SMOKE" = 1 ]; then REQUIRE_GPU=${REQUIRE_GPU:-0}; else REQUIRE_GPU=${REQUIRE_GPU:-1}; fi
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+export LTRJAX_CACHE=${LTRJAX_CACHE:-/tmp/ltrjax-cache}  # generated datasets; the XLA cache is $CACHE
+START=$SECONDS
+mkdir -p "$OUT" || exit 2
+
+# step NAME LIMIT COMMAND...: run COMMAND under timeout (at most what is left of BUDGET), output to the terminal
+# and $OUT/NAME.log; its last output line that parses as a JSON object becomes $OUT/NAME.json
+step() {
+    local name=$1 limit=$2 rest rc t0
+    shift 2
+    rest=$((BUDGET - (SECONDS - START)))
+    if [ "$limit" -gt "$rest" ]; then limit=$rest; fi
+    if [ "$limit" -lt 20 ]; then
+        echo "=== $name: SKIPPED, only ${rest}s of the ${BUDGET}s budget left"
+        return 124
+    fi
+    echo "=== $name (limit ${limit}s, $((SECONDS - START))s into the run): $*"
+    t0=$SECONDS
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+    rc=$?
+    echo "=== $name: exit $rc after $((SECONDS - t0))s$([ "$rc" = 124 ] && echo ' (TIMED OUT)')"
+    grep '^{' "$OUT/$name.log" | tail -n 1 > "$OUT/$name.json"
+    if ! "$PY" -c 'import json, sys; assert isinstance(json.load(open(sys.argv[1])), dict)' "$OUT/$name.json" \
+        2> /dev/null; then
+        rm -f "$OUT/$name.json"
+        echo "=== $name: no complete JSON"
+    fi
+    return "$rc"
+}
+
+main() {
+    echo "=== gpu_check.sh: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2> /dev/null || echo '?')" \
+         "$(git status --porcelain --untracked-files=no 2> /dev/null | grep -q . && echo '(modified)'), SMOKE=$SMOKE," \
+         "budget ${BUDGET}s, OUT=$OUT"
+
+    # 1. the wheels JAX's image lacks: unpacked (pure-Python wheels are zip files; no pip or index needed)
+    if compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
+        mkdir -p "$SITE" && "$PY" -c '
+import sys, zipfile
+for wheel in sys.argv[2:]:
+    zipfile.ZipFile(wheel).extractall(sys.argv[1])
+    print("unpacked", wheel.rsplit("/", 1)[-1])' "$SITE" "$ROOT"/.whl/*.whl || { echo "=== ABORT: wheels"; return 3; }
+    else
+        echo "no .whl/ folder: the interpreter's own packages are used"
+    fi
+    export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+    # 2. the machine
+    command -v nvidia-smi > /dev/null && { nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version \
+        --format=csv,noheader; } || echo "no nvidia-smi"
+    echo "cpu cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg 2> /dev/null)"
+    timeout -k 10 120 "$PY" - "$REQUIRE_GPU" <<'EOF' || { echo "=== ABORT: the environment (above)"; return 3; }
+import importlib, platform, sys
+print("python", platform.python_version(), sys.executable)
+missing = []
+for name in ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "scipy", "hydra", "omegaconf", "antlr4", "rax",
+             "pyarrow", "filelock", "tqdm", "matplotlib", "ltrjax.runner"):
+    try:
+        module = importlib.import_module(name)
+        print(f"  {name:14} {getattr(module, '__version__', '')}  {getattr(module, '__file__', '')}")
+    except Exception as e:  # noqa: BLE001
+        missing.append(name)
+        print(f"  {name:14} MISSING: {type(e).__name__}: {e}")
+import jax
+print("jax.devices():", jax.devices(), "backend:", jax.default_backend())
+if missing:
+    sys.exit(f"missing: {missing}")
+if sys.argv[1] == "1" and jax.default_backend() != "gpu":
+    sys.exit(f"JAX's backend is {jax.default_backend()!r}, not a GPU (REQUIRE_GPU=0 runs anyway)")
+EOF
+
+    local smoke=() sps sweep
+    [ "$SMOKE" = 1 ] && smoke=(--smoke)
+    # 3. the smoke run: everything the benchmarks import and compile, at tiny sizes
+    step smoke 150 "$PY" benchmarks/sessions_per_sec.py --smoke --families ebrank --reference-sessions 100 --json \
+        --cache-dir "$CACHE" sim.click_rng=device \
+        || { echo "=== ABORT: the smoke run failed (above); nothing else was run"; return 4; }
+
+    # 4. sessions per second (at --smoke: populations 1, 2 and 60 queries)
+    step sessions_per_sec 210 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --families ebrank \
+        --populations "$SPS_POPULATIONS" --queries "$SPS_QUERIES" --repeats 1 --reference-sessions 5000 \
+        --progress-json --cache-dir "$CACHE" sim.click_rng=device
+    sps=$?
+    # 5. the sweep with vmapped fits (at --smoke: 2 seeds x 2 values, 60 queries)
+    step sweep 300 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} --member-batch "$MEMBER_BATCH" --cache-dir "$CACHE" \
+        sim.click_rng=device
+    sweep=$?
+
+    echo "=== summary ($((SECONDS - START))s; exit codes: sessions_per_sec $sps, sweep $sweep)"
+    "$PY" - "$OUT" <<'EOF'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+def load(name):
+    path = out / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+s = load("sessions_per_sec")
+if s:
+    print("sessions_per_sec:", s.get("backend"), s.get("device_kind"), "jax", s.get("jax_version"),
+          "click_rng", s.get("click_rng"), "queries", s.get("queries"))
+    for family, rates in s["families"].items():
+        for p, rate in rates.items():
+            d = s["detail"][family][p]
+            print(f"  {family} x{p}: {rate:,.0f} sessions/s (program {d['program_sessions_per_sec'] or 0:,.0f}, "
+                  f"wall {d['wall_sessions_per_sec']:,.0f}; compile {d['compile_seconds']} s)")
+    print("  reference (NumPy loop):", s.get("reference_sessions_per_sec"))
+w = load("sweep")
+if w:
+    keys = ("members", "member_batch", "click_rng", "population_seconds", "serial_seconds", "speedup",
+            "speedup_excluding_compile", "population_compile_seconds", "serial_compile_seconds", "max_abs_diff",
+            "same_choice", "chunks", "backend", "device_kind")
+    print("sweep:", {k: w.get(k) for k in keys})
+EOF
+    [ "$sps" = 0 ] && [ "$sweep" = 0 ]
+}
+
+main "$@" 2>&1 | tee "$OUT/log.txt"
