@@ -183,3 +183,11 @@ def test_warm_start_stops_after_one_epoch_without_forced_epochs():
     _, infos = fit_members(MemberFit(linear_loss, FitConfig(learning_rate=1e-3, patience=5)), warm, [train], [val],
                            key, "t")
     assert infos[0]["epochs"] >= 5 + 2 and infos[0]["fit_passes"] == infos[0]["epochs"]
+
+
+def test_fit_passes_per_retrain_is_the_median_over_fitted_retrains():
+    from ltrjax.runner import fit_passes_per_retrain
+
+    infos = [{"fit_passes": 1.0}, {"skipped": True}, {"fit_passes": 3.0}, {"fit_passes": 8.0}]
+    assert fit_passes_per_retrain(infos) == 3.0
+    assert fit_passes_per_retrain([{"skipped": True}]) is None and fit_passes_per_retrain([]) is None
