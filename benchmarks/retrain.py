@@ -17,6 +17,17 @@ What is timed, in one process, alternately and best of ``--repeats``:
     to the minibatch, a fit is arithmetic that a population of members cannot share, not per-step overhead
     (``us_per_example``, its slope, is then about constant).
 
+  * the loss alone (``loss_cost``): value and gradient of the mean EBRank loss over one member's ``--examples``
+    examples (full batch), Eq. 14 as ``prior_nll`` (lgammas with a digamma ``custom_jvp``) and as the former
+    ``betaln`` form, against a linear-MSE pass over the same examples with the same linear model:
+    ``ebrank_loss_over_mse`` (issue 22 asks <= 3.5) and ``ebrank_grad_rel_err_vs_betaln`` (<= 1e-5).
+
+  * the stop rule on a warm start (``warm_restart``): every member refitted from its fitted prior with the configured
+    rule and with ``QUICK_STOP`` (no forced epochs: patience 0, no grace, a minimum improvement); per rule
+    ``fit_passes_per_retrain`` (median over the members of the gradient passes over the training examples) and the
+    validation loss in the ``betaln`` form, so that the two are comparable in relative terms
+    (``quick_val_loss_rel_diff``: issue 22 asks within 1e-3).
+
 The examples are drawn here, not simulated: 136 standard-normal features (MSLR-30K's width), exposure
 Gamma(1, 15) + 1 and clicks Binomial(exposure, sigmoid(x w - 2)). The cost of an epoch depends on the shapes,
 not on the values. ``--examples 65536`` is EBRank's default cap (``max_examples``), the size of every late
@@ -70,6 +81,85 @@ def best_of(fn, repeats: int) -> float:
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - tic)
     return min(times)
+
+
+def tree_norm(tree) -> float:
+    import jax
+    import numpy as np
+
+    return float(np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in jax.tree_util.tree_leaves(tree))))
+
+
+def loss_cost(policy, prior, batch, repeats: int) -> dict:
+    """Value+gradient of the mean EBRank loss (``prior_nll`` and the former ``prior_nll_betaln``) and of a linear
+    MSE with the same model over the same examples, timed alternately in this process (best of ``repeats``); the
+    gradient's relative difference from betaln's."""
+    import jax
+    import jax.numpy as jnp
+
+    from ltrjax.online.policies.ebrank import prior_nll, prior_nll_betaln
+
+    target = batch["c"] / jnp.maximum(batch["n"], 1.0)
+
+    def ebrank(nll):
+        def mean(params):
+            alpha = policy.model.apply(params, batch["features"])
+            return jnp.mean(nll(alpha, policy.beta, batch["c"], batch["n"], policy.clamp))
+        return jax.jit(jax.value_and_grad(mean))
+
+    def mse(params):
+        return jnp.mean((policy.model.apply(params, batch["features"]) - target) ** 2)
+
+    fns = {"ebrank": ebrank(prior_nll), "betaln": ebrank(prior_nll_betaln), "mse": jax.jit(jax.value_and_grad(mse))}
+    grads = {k: jax.block_until_ready(fn(prior))[1] for k, fn in fns.items()}  # compile
+    seconds = {k: float("inf") for k in fns}
+    for _ in range(max(1, repeats)):
+        for k, fn in fns.items():
+            tic = time.perf_counter()
+            jax.block_until_ready(fn(prior))
+            seconds[k] = min(seconds[k], time.perf_counter() - tic)
+    diff = jax.tree_util.tree_map(lambda a, b: a - b, grads["ebrank"], grads["betaln"])
+    n = batch["features"].shape[0]
+    return {"ns_per_example": {k: 1e9 * v / n for k, v in seconds.items()},
+            "ebrank_loss_over_mse": seconds["ebrank"] / seconds["mse"],
+            "betaln_loss_over_mse": seconds["betaln"] / seconds["mse"],
+            "ebrank_grad_rel_err_vs_betaln": tree_norm(diff) / tree_norm(grads["betaln"])}
+
+
+# A candidate stop rule for warm-started fits (issue 22): stop after the first epoch that does not lower the mean
+# validation loss by more than 1e-4 nats per example (~1e-5 relative at EBRank's usual ~7 nats).
+QUICK_STOP = {"patience": 0, "grace": 0, "min_delta": 1e-4}
+
+
+def warm_restart(policy, cfg, fitted, train, val, keys) -> dict:
+    """Refit every member from ``fitted`` with the configured rule and with ``QUICK_STOP``: per rule the median
+    fit passes, seconds, and the members' mean validation loss in Eq. 14's betaln form."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ltrjax.models.train import MemberFit, weighted_mean
+    from ltrjax.online.policies.ebrank import prior_nll_betaln
+
+    def val_loss(prior, v):
+        alpha = policy.model.apply(prior, v["features"])
+        return weighted_mean(prior_nll_betaln(alpha, policy.beta, v["c"], v["n"], policy.clamp), v["weight"])
+
+    out = {}
+    for name, c in (("configured", cfg), ("quick", dataclasses.replace(cfg, **QUICK_STOP))):
+        fit = MemberFit(policy._loss, c)
+        tic = time.perf_counter()
+        prior, info = jax.block_until_ready(fit.batched(fitted, train, val, keys))
+        seconds = time.perf_counter() - tic
+        losses = jax.vmap(val_loss)(prior, {k: jnp.asarray(v) for k, v in val.items()})
+        out[name] = {"fit_passes_per_retrain": float(np.median(np.asarray(info["fit_passes"]))),
+                     "seconds_with_compile": seconds, "val_loss_betaln": float(np.mean(np.asarray(losses)))}
+    out["quick_val_loss_rel_diff"] = ((out["quick"]["val_loss_betaln"] - out["configured"]["val_loss_betaln"])
+                                      / abs(out["configured"]["val_loss_betaln"]))
+    out["quick_stop"] = QUICK_STOP
+    return out
 
 
 def step_cost_run(policy, cfg, batch: int, member_batch: int, params, train, val, keys, repeats: int) -> dict:
@@ -134,6 +224,9 @@ def main(argv=None) -> dict:
     val = stack([pad_examples(examples(rng, n // 2, w), cfg.batch_size, n // 2) for _ in range(m)])
     params = jax.vmap(lambda k: policy.init(k, None)["prior"])(jax.random.split(key, m))
     keys = jax.random.split(jax.random.fold_in(key, 1), m)
+    first = jax.tree_util.tree_map(lambda a: a[0], params)
+    loss = loss_cost(policy, first, {k: jnp.asarray(v[0]) for k, v in train.items() if k != "weight"},
+                     max(args.repeats, 5))
     fits = {"reference": MemberFit(policy._loss, cfg, shuffle=argsort_order), "new": MemberFit(policy._loss, cfg)}
     fit_seconds, epochs = {}, {}
     for name, fit in fits.items():
@@ -141,12 +234,20 @@ def main(argv=None) -> dict:
         epochs[name] = int(np.sum(np.asarray(out[1]["epochs"])))
         fit_seconds[name] = best_of(lambda: fit.batched(params, train, val, keys), args.repeats)
     per_epoch = {k: fit_seconds[k] / max(epochs[k], 1) for k in fits}
+    fitted, first_info = fits["new"].batched(params, train, val, keys)
+    warm = warm_restart(policy, cfg, fitted, train, val, keys)
     step_cost = [step_cost_run(policy, cfg, int(b), 1, params, train, val, keys, args.repeats)
                  for b in (int(v) for v in args.step_batches.split(",") if v.strip())]
     if step_cost:
         step_cost.append(step_cost_run(policy, cfg, cfg.batch_size, m, params, train, val, keys, args.repeats))
     out = {
         "examples": n, "members": m, "repeats": args.repeats,
+        "ebrank_loss_over_mse": loss["ebrank_loss_over_mse"],
+        "ebrank_grad_rel_err_vs_betaln": loss["ebrank_grad_rel_err_vs_betaln"],
+        "loss_cost": loss,
+        "fit_passes_per_retrain": warm["configured"]["fit_passes_per_retrain"],  # warm-started, as a run's retrains
+        "cold_fit_passes": float(np.median(np.asarray(first_info["fit_passes"]))),  # from the initial parameters
+        "warm_restart": warm,
         "step_cost": step_cost,
         "shuffle_ms": {k: 1e3 * v for k, v in shuffle_seconds.items()},
         "shuffle_speedup": shuffle_seconds["reference"] / shuffle_seconds["new"],

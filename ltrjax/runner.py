@@ -99,7 +99,15 @@ def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, gr
         "timings": result.timings,
         "retrains": len([i for i in result.train_info if not i.get("skipped")]),
         "train_last": result.train_info[-1] if result.train_info else None,
+        "fit_passes_per_retrain": fit_passes_per_retrain(result.train_info),
     }
+
+
+def fit_passes_per_retrain(train_info: list[dict]) -> float | None:
+    """Median over a run's retrains of the gradient passes over the training examples (``fit_passes`` of each
+    fit's info); None when no retrain reports it."""
+    passes = [i["fit_passes"] for i in train_info if not i.get("skipped") and "fit_passes" in i]
+    return float(np.median(passes)) if passes else None
 
 
 def make_policy(name: str, acfg: DictConfig, data, fit_overrides: dict | None = None, key: str | None = None):

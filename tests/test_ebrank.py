@@ -1,5 +1,6 @@
 """EBRank (ltrjax.online.policies.ebrank): the Beta prior's loss, posterior scores, and training."""
 
+import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,8 @@ from ltrjax.online.policies.ebrank import (
     marginal_certainty,
     posterior_mean,
     prior_nll,
+    prior_nll_betaln,
+    prior_nll_constant,
 )
 from ltrjax.online.simulator import SimConfig, Simulator
 from ltrjax.online.state import DocCounters
@@ -28,13 +31,19 @@ N_FEATURES = 4
 
 
 # --------------------------------------------------------------------------- loss and formulas
+def dropped(beta, c, n, clamp):
+    """prior_nll's dropped constant of the data, in float64."""
+    with jax.enable_x64(True):
+        return np.asarray(prior_nll_constant(beta, jnp.asarray(c, jnp.float64), jnp.asarray(n, jnp.float64), clamp))
+
+
 def test_prior_nll_matches_scipy_without_clamp():
     rng = np.random.default_rng(0)
     alpha = rng.uniform(0.05, 20, 500)
     beta = rng.uniform(0.5, 10, 500)
     n = rng.uniform(0, 300, 500)
     c = rng.uniform(0, 1, 500) * n
-    got = np.asarray(jax.jit(prior_nll)(alpha, beta, c, n, 1e-3), np.float64)
+    got = np.asarray(jax.jit(prior_nll)(alpha, beta, c, n, 1e-3), np.float64) + dropped(beta, c, n, 1e-3)
     want = betaln(alpha, beta) - betaln(c + alpha, n - c + beta)
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
 
@@ -46,11 +55,89 @@ def test_prior_nll_clamp_keeps_loss_and_gradients_finite():
         assert c > n + beta
         value, grad = value_and_grad(alpha, beta, jnp.float32(c), jnp.float32(n), clamp)
         assert np.isfinite(float(value)) and all(np.isfinite(float(g)) for g in grad)
-        assert float(value) == pytest.approx(float(betaln(2.0, beta) - betaln(c + 2.0, clamp)), rel=1e-4)
+        assert float(value) + dropped(beta, c, n, clamp) == pytest.approx(
+            float(betaln(2.0, beta) - betaln(c + 2.0, clamp)), rel=1e-4)
     # just below the clamp boundary the unclamped formula applies
     c, n = 6.0, 2.0  # n - c + beta = 1
-    assert float(prior_nll(alpha, beta, c, n, clamp)) == pytest.approx(
+    assert float(prior_nll(alpha, beta, c, n, clamp)) + dropped(beta, c, n, clamp) == pytest.approx(
         float(betaln(2.0, beta) - betaln(c + 2.0, n - c + beta)), rel=1e-5)
+
+
+def loss_grid():
+    """Documents on a grid of clicks C (0 to 1e6, both sides of the Stirling switch at 8), click rates C/N
+    (0: N = 50 (1 + C), up to C > N, clamped) and features that put alpha from ~1e-3 to ~30."""
+    cs = np.array([0, 1, 3, 7.5, 8, 20, 100, 1e3, 1e4, 1e5, 1e6])
+    rates = np.array([0.0, 0.01, 0.1, 0.5, 0.9, 1.0, 1.5])
+    c, rate = (a.ravel() for a in np.meshgrid(cs, rates, indexing="ij"))
+    n = np.where(rate > 0, c / np.maximum(rate, 1e-9), 50.0 * (1 + c))
+    x = np.random.default_rng(0).normal(size=(len(c), 3))
+    return x, c, n
+
+
+def linear_alpha(w, x):
+    return jax.nn.softplus(x @ w) + 1e-4  # BetaPrior's link
+
+
+def mean_loss(nll, w, x, c, n, beta=5.0, clamp=1e-3):
+    return jnp.mean(nll(linear_alpha(w, x), beta, c, n, clamp))
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 3.0])  # alpha ~ 0.7 (+-0.1), spread over 1e-3..30
+@pytest.mark.parametrize("rows", ["small_c", "large_c", "all"])
+def test_prior_nll_gradient_equals_betaln(scale, rows):
+    """The model-parameter gradient of the lgamma/digamma loss equals betaln's (float32 both) within 1e-5
+    relative, and the float64 reference's within 1e-5 too, on a grid with C up to 1e6 and alpha down to ~1e-3."""
+    x, c, n = loss_grid()
+    keep = {"small_c": c < 8, "large_c": c >= 1e4, "all": np.ones_like(c, bool)}[rows]
+    x, c, n = x[keep], c[keep], n[keep]
+    w = np.array([1.0, -2.0, 0.5]) * scale
+    grad = lambda nll, *a: np.asarray(jax.jit(jax.grad(functools.partial(mean_loss, nll)))(*a), np.float64)  # noqa
+    f32 = [jnp.asarray(a, jnp.float32) for a in (w, x, c, n)]
+    got, ref32 = grad(prior_nll, *f32), grad(prior_nll_betaln, *f32)
+    with jax.enable_x64(True):
+        ref64 = grad(prior_nll_betaln, *(jnp.asarray(a, jnp.float64) for a in (w, x, c, n)))
+    assert np.linalg.norm(got - ref32) <= 1e-5 * np.linalg.norm(ref32)
+    assert np.linalg.norm(got - ref64) <= 1e-5 * np.linalg.norm(ref64)
+
+
+def test_prior_nll_derivative_matches_finite_differences_float64():
+    """The custom_jvp's digamma derivative is the derivative of the value it defines (central differences,
+    float64), in every branch (C below and above 8, N - C + beta below and above 8, clamped)."""
+    x, c, n = loss_grid()
+    with jax.enable_x64(True):
+        for alpha0 in (1e-3, 0.1, 1.0, 30.0):
+            alpha = jnp.full(len(c), alpha0, jnp.float64)
+            f = jax.jit(lambda a: prior_nll(a, 5.0, jnp.asarray(c), jnp.asarray(n), 1e-3))
+            deriv = np.asarray(jax.jit(jax.vmap(jax.grad(lambda a, c, n: prior_nll(a, 5.0, c, n, 1e-3))))(
+                alpha, jnp.asarray(c), jnp.asarray(n)))
+            h = 1e-6 * alpha0
+            fd = (np.asarray(f(alpha + h)) - np.asarray(f(alpha - h))) / (2 * h)
+            roundoff = 1e-13 * np.abs(np.asarray(f(alpha))).max() / h
+            np.testing.assert_allclose(deriv, fd, rtol=1e-6, atol=roundoff)
+
+
+def test_prior_nll_value_differences_equal_betaln():
+    """Only constants of the data are dropped: per document, loss + ``prior_nll_constant`` is scipy's betaln form
+    (float64, to series error), so the loss difference between two parameter settings is betaln's: to 1e-8 in
+    float64 and within float32 rounding (1e-4 relative) in float32."""
+    x, c, n = loss_grid()
+    w1, w2 = np.array([1.0, -2.0, 0.5]), np.array([0.8, -1.5, 0.9])
+
+    def scipy_loss(w):  # float64 Eq. 14 per document, scipy's betaln (JAX's float64 betaln is only good to ~1e-6)
+        alpha = np.log1p(np.exp(x @ w)) + 1e-4
+        return betaln(alpha, 5.0) - betaln(c + alpha, np.maximum(n - c + 5.0, 1e-3))
+
+    with jax.enable_x64(True):
+        a64 = [jnp.asarray(a, jnp.float64) for a in (x, c, n)]
+        per_doc = np.asarray(prior_nll(linear_alpha(w1, a64[0]), 5.0, a64[1], a64[2], 1e-3)
+                             + prior_nll_constant(5.0, a64[1], a64[2], 1e-3))
+        got64 = float(mean_loss(prior_nll, w1, *a64) - mean_loss(prior_nll, w2, *a64))
+    np.testing.assert_allclose(per_doc, scipy_loss(w1), rtol=1e-9, atol=1e-9)
+    want = float(np.mean(scipy_loss(w1) - scipy_loss(w2)))
+    assert got64 == pytest.approx(want, abs=1e-8)  # scipy's own rounding of values up to ~6e5
+    a32 = [jnp.asarray(a, jnp.float32) for a in (x, c, n)]
+    got32 = float(mean_loss(prior_nll, w1, *a32)) - float(mean_loss(prior_nll, w2, *a32))
+    assert got32 == pytest.approx(want, rel=1e-4)
 
 
 def test_posterior_mean_and_marginal_certainty():

@@ -1,6 +1,7 @@
 """The shared early-stopped loop (ltrjax/models/fit_loop.py), compiled and host-driven, against a plain Python loop
 of the same rule."""
 
+import dataclasses
 import itertools
 
 import jax
@@ -120,3 +121,14 @@ def test_patience_zero_stops_at_the_first_validation_that_is_not_better():
     scores = np.array([0, 1, 2, 3, 2.5, 4, 5, 6, 7, 8, 9], np.float32)
     assert run(scores[None], rule) == [(4, 3)]
     assert run_host(scores.astype(np.float64), rule) == (4, 3, [1, 2, 3, 4])
+
+
+def test_min_delta_counts_only_improvements_above_it():
+    """An epoch better by no more than ``min_delta`` is not better: with patience 1 and no grace (the warm-start
+    rule ``FitConfig(patience=0, grace=0)``) the fit stops at the first such epoch and keeps the last real gain."""
+    rule = fit_loop.Rule(max_epochs=10, patience=1, first=0, initial=True, grace=0, min_delta=0.1)
+    scores = np.array([0, 1, 1.05, 3, 4, 5, 6, 7, 8, 9, 10], np.float32)
+    assert run(scores[None], rule) == [(2, 1)]
+    assert run_host(scores.astype(np.float64), rule) == (2, 1, [0, 1, 2])
+    strict = dataclasses.replace(rule, min_delta=0.0)  # the same gain counts without a threshold
+    assert run(scores[None], strict) == [(10, 10)]

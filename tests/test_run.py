@@ -61,6 +61,11 @@ def test_tiny_run_writes_results(tiny_run):
         # Cum-NDCG is a discounted sum of at most 1/(1 - 0.995) = 200 per-session NDCGs
         assert all(0 < t["cum_ndcg"] < 200 for t in entry["trials"])
         assert [t["seed"] for t in entry["trials"]] == [0, 1]
+    # the median gradient passes over the training examples per retrain (issue 22); null without a fitted retrain
+    # (this tiny run's EBRank retrains are skipped: too few documents pass min_impressions)
+    for t in algorithms["ebrank"]["trials"]:
+        assert t["fit_passes_per_retrain"] is None if t["retrains"] == 0 else t["fit_passes_per_retrain"] >= 1
+    assert all(t["fit_passes_per_retrain"] is None for t in algorithms["random_k"]["trials"])
     # trials share their random draws across algorithms, but differ from each other
     assert algorithms["random_k"]["trials"][0]["cum_ndcg"] != algorithms["random_k"]["trials"][1]["cum_ndcg"]
 

@@ -166,3 +166,28 @@ def test_shuffled_order_two_rounds_leave_no_index_order():
     order = np.asarray(jax.jit(shuffled_order)(jax.random.PRNGKey(1), jnp.ones(n, bool))).astype(np.int64)
     near = np.mean(np.abs(np.diff(order)) < n // 1000)
     assert near < 0.003  # uniform: ~0.002; one round alone: 0.031
+
+
+def test_warm_start_stops_after_one_epoch_without_forced_epochs():
+    """From a converged warm start, ``patience=0, grace=0, min_delta>0`` stops after one epoch (``fit_passes`` 1:
+    one gradient pass over the training examples) and keeps the warm start; the default rule trains at least
+    patience + 2 epochs."""
+    train, val = regression(2048, seed=0), regression(1024, seed=1)
+    solution = least_squares(train)
+    warm = {"w": jnp.asarray(solution[None, :-1], jnp.float32), "b": jnp.asarray(solution[None, -1], jnp.float32)}
+    key = jax.random.PRNGKey(0)[None]
+    quick = FitConfig(learning_rate=1e-3, patience=0, grace=0, min_delta=1e-3)
+    params, infos = fit_members(MemberFit(linear_loss, quick), warm, [train], [val], key, "t")
+    assert infos[0]["epochs"] == 1 and infos[0]["fit_passes"] == 1
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(warm["w"]))  # the warm start is kept
+    _, infos = fit_members(MemberFit(linear_loss, FitConfig(learning_rate=1e-3, patience=5)), warm, [train], [val],
+                           key, "t")
+    assert infos[0]["epochs"] >= 5 + 2 and infos[0]["fit_passes"] == infos[0]["epochs"]
+
+
+def test_fit_passes_per_retrain_is_the_median_over_fitted_retrains():
+    from ltrjax.runner import fit_passes_per_retrain
+
+    infos = [{"fit_passes": 1.0}, {"skipped": True}, {"fit_passes": 3.0}, {"fit_passes": 8.0}]
+    assert fit_passes_per_retrain(infos) == 3.0
+    assert fit_passes_per_retrain([{"skipped": True}]) is None and fit_passes_per_retrain([]) is None

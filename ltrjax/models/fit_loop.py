@@ -16,10 +16,11 @@ arithmetic, written once. Two drivers train an epoch, validate it and ``decide``
 
 Validated epoch counts are ``first, first + every, ...`` and the last epoch (``initial`` validates the initial
 parameters too, as epoch count 0). The first validated epoch is kept whatever its score, later ones only when
-strictly better; after a validation that is not better, ``bad`` (epochs since the best) grows by ``every``, and
-once ``bad >= patience`` and at least ``min_epochs`` epochs ran, training stops after ``grace`` more epochs (each
-validated). The online fits use ``grace = 1`` and ``patience = FitConfig.patience + 1``: the form they always
-had (validate, train one more epoch, then test the patience), kept so their results do not change.
+better by more than ``min_delta`` (0: strictly better); after a validation that is not better, ``bad`` (epochs
+since the best) grows by ``every``, and once ``bad >= patience`` and at least ``min_epochs`` epochs ran, training
+stops after ``grace`` more epochs (each validated). The online fits use ``patience = FitConfig.patience + 1`` and
+by default ``grace = 1``: the form they always had (validate, train one more epoch, then test the patience), kept
+so their results do not change; ``FitConfig.grace``, ``min_delta`` and ``min_epochs`` set a quicker rule.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Rule:
     grace: int = 0
     initial: bool = False  # also validate (and possibly keep) the initial carry, as epoch count 0
     keep_last: bool = False  # no validation: the result is the last epoch's carry
+    min_delta: float = 0.0  # a validated epoch is better only when its score beats the best by more than this
 
     def validated(self, e):
         """Whether epoch count ``e`` is validated (a Python int or a traced integer)."""
@@ -73,7 +75,7 @@ NP = Ops(np.where, np.logical_not)
 def decide(rule: Rule, e, on, score, best_score, bad, left, ops: Ops = JNP):
     """The rule after epoch count ``e`` (validated when ``on``, with ``score``): returns (better, best_score,
     bad, left). ``left`` counts the grace epochs still to run (-1: not stopping; 0: stop now)."""
-    better = on & ((score > best_score) | (e == rule.first) | rule.keep_last)
+    better = on & ((score > best_score + rule.min_delta) | (e == rule.first) | rule.keep_last)
     best_score = ops.where(better, score, best_score)
     bad = ops.where(better, 0, ops.where(on, bad + max(rule.every, 1), bad))
     fire = on & ops.logical_not(better) & (bad >= rule.patience) & (e >= rule.min_epochs) & (not rule.keep_last)

@@ -48,6 +48,14 @@ class FitConfig:
     member_batch: PositiveInt = 1  # members fitted side by side (vmap) within a population; 1 = one after another
     max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
     lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
+    # The stop rule (defaults: the rule the fits always had, at least patience + 2 epochs). A validated epoch counts
+    # as better only when it lowers the mean validation loss by more than min_delta (absolute, per example: the
+    # losses may drop constants of the data, e.g. EBRank's, so a relative threshold would depend on them); after
+    # patience + 1 validations without that, the fit trains `grace` more epochs and stops, once min_epochs ran.
+    # patience=0, grace=0 stops a warm-started fit after one epoch that does not improve.
+    min_delta: NonNegative = 0.0
+    grace: NonNegativeInt = 1
+    min_epochs: NonNegativeInt = 0
 
     def __post_init__(self):
         check_fields(self)
@@ -149,10 +157,10 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
 
     grad_fn = jax.value_and_grad(batch_loss)
     full_batch = cfg.optimizer == "lbfgs"
-    # validate the initial parameters and after every epoch; patience + 1 validations without improvement stop the
-    # fit after one more epoch (the loop's original form, kept so results do not change)
+    # validate the initial parameters and after every epoch; patience + 1 validations without improvement (by more
+    # than min_delta) stop the fit after `grace` more epochs (defaults: one, the loop's original form)
     rule = fit_loop.Rule(max_epochs=int(cfg.max_epochs), patience=int(cfg.patience) + 1, first=0, initial=True,
-                         grace=1)
+                         grace=int(cfg.grace), min_epochs=int(cfg.min_epochs), min_delta=float(cfg.min_delta))
 
     def fit(params, train, val, key):
         n = train["weight"].shape[0]
@@ -190,7 +198,9 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
 
         best_params, info = fit_loop.early_stopped(run_epoch, score, (params, tx.init(params)), key, rule,
                                                    keep=lambda carry: carry[0])
-        return best_params, {"epochs": info["epochs"], "val_loss": -info["best_score"],
+        # passes over the training examples' gradients: one per epoch (minibatch), one per L-BFGS step's first
+        # evaluation (its line search's further evaluations are not counted)
+        return best_params, {"epochs": info["epochs"], "fit_passes": info["epochs"], "val_loss": -info["best_score"],
                              "train_loss": batch_loss(best_params, train)}
 
     return fit
