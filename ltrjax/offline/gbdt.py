@@ -8,11 +8,13 @@ the trees on its derivatives with respect to the scores (a custom objective), so
 PRS-lambda and the labeled losses all train trees with no per-estimator code:
 
 * gradient g_i = dL/ds_i (``jax.grad``);
-* hessian h_i = d^2L/ds_i^2, the exact diagonal, by one Hessian-vector product per list slot (the loss is a
-  sum of per-list terms, so a one-hot tangent at slot k of every list gives column k of every list's block).
-  For the pairwise logistic losses L = sum w_ij log(1 + exp(-(s_i - s_j))) this is
-  h_i = sum_j (w_ij + w_ji) rho_ij (1 - rho_ij), rho_ij = sigma(-(s_i - s_j)): LambdaMART's own Newton
-  step (Burges 2010, MSR-TR-2010-82, "LambdaMART"; sigma = 1, |Delta Z_ij| inside w_ij for ``prs_lambda``).
+* hessian h_i = d^2L/ds_i^2, the exact diagonal. For the pairwise logistic losses
+  L = sum w_ij log(1 + exp(-(s_i - s_j))) with w constant in s (``Estimator.pair_weights``: naive, IPS, PNS,
+  PRS and their lambda forms) it is h_i = sum_j (w_ij + w_ji) rho_ij (1 - rho_ij), rho_ij = sigma(s_i - s_j):
+  LambdaMART's own Newton step (Burges 2010, MSR-TR-2010-82, "LambdaMART"; sigma = 1, |Delta Z_ij| inside w_ij
+  for ``prs_lambda``), in closed form. Any other loss takes one Hessian-vector product per list slot (the loss
+  is a sum of per-list terms, so a one-hot tangent at slot k of every list gives column k of every list's
+  block); the two agree (tests/test_gbdt.py).
 
 Both are multiplied by the number of lists, i.e. the loss is a sum over lists (LambdaMART's sum over queries)
 rather than a mean over sessions; the Newton step -sum g / sum h of a leaf does not change, LightGBM's
