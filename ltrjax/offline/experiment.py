@@ -29,7 +29,7 @@ from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
 from ltrjax.offline.logging import (LoggedLists, chunk_size, log_click_stats, pad_positions,
                                     randomization_propensities, top_k_lists)
 from ltrjax.offline.train import fit
-from ltrjax.report.record import check_experiment, experiment_record, write_results
+from ltrjax.record import check_experiment, experiment_record, write_results
 from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
@@ -366,7 +366,7 @@ def markdown_table(algos: dict, title: str = "") -> str:
 
 def markdown_header(exp: OfflineConfig, dataset: str, source: str, n_trials: int) -> str:
     """The opening lines of results.md: dataset, click model, protocol, seed, trials, commit."""
-    from ltrjax.report.record import git_commit
+    from ltrjax.record import git_commit
 
     return "\n".join([f"# Offline results on {dataset}", "",
                       f"- **Dataset**: {dataset}", f"- **Click model**: {exp.click_model.mapping()}",
@@ -414,7 +414,7 @@ def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list
     """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
 
     A file written for another dataset or configuration (other than the trial count) is refused
-    (``ltrjax.report.record.RunFolderError``).
+    (``ltrjax.record.RunFolderError``).
     """
     old = check_experiment(out_dir, exp.kind, as_mapping(exp), RESUME_IGNORES, getattr(qs, "name", "?"))
     if old is None:

@@ -56,14 +56,7 @@ DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder")
-# sim keys that change only what is evaluated along the way, not the simulated sessions: results that differ only
-# in them are the same protocol (a resumed run, experiments/compare_runs.py)
-REPORTING_KEYS = ("history_splits",)
-
-
-def protocol_of(sim: dict | None) -> dict | None:
-    """A results header's ``sim`` block without its ``REPORTING_KEYS``."""
-    return None if sim is None else {k: v for k, v in sim.items() if k not in REPORTING_KEYS}
+# the sim keys that change only what is reported (history_splits): ltrjax.record.REPORTING_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
