@@ -8,19 +8,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ltrjax.schema import validate, write_resolved_config
-from ltrjax.structured import conf_dir
 
-CONF_DIR = conf_dir()
 log = logging.getLogger("ltrjax")
 
 
-def dataset_config(cfg: DictConfig) -> DictConfig:
-    """The run's dataset config; without ``+dataset=...`` the embedded synthetic default."""
-    from omegaconf import OmegaConf
+def dataset_config(cfg: DictConfig):
+    """The run's dataset config; without ``+dataset=...`` the synthetic default (``registry.default_dataset``)."""
+    from ltrjax.data.registry import default_dataset
 
-    if cfg.get("dataset") is not None:
-        return cfg.dataset
-    return OmegaConf.load(CONF_DIR / "dataset" / "synthetic.yaml")
+    return cfg.dataset if cfg.get("dataset") is not None else default_dataset()
 
 
 def cache_dir(cfg: DictConfig) -> str | None:

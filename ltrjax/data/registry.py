@@ -131,6 +131,15 @@ def dataset_settings(name: str, **overrides) -> dict[str, Any]:
     return check_dataset(mapping, pathlib.Path.cwd())
 
 
+def default_dataset() -> dict[str, Any]:
+    """The dataset of a run without ``+dataset=NAME``: ``conf/dataset/synthetic.yaml``, as a plain mapping."""
+    from omegaconf import OmegaConf
+
+    from ltrjax.structured import conf_dir
+
+    return OmegaConf.to_container(OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml"))
+
+
 @functools.lru_cache(maxsize=None)
 def synthetic_schema() -> type:
     """DatasetConfig plus ``preset`` and every SyntheticParams field (null: the preset's value)."""
@@ -147,12 +156,12 @@ def synthetic_schema() -> type:
 def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
     """The ``dataset`` mapping (default: ``conf/dataset/synthetic.yaml``) typed and checked, a relative
     ``dataset.path`` made absolute against ``cwd`` (the directory the user ran from)."""
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
 
-    from ltrjax.structured import conf_dir, typed
+    from ltrjax.structured import typed
 
     if mapping is None:
-        mapping = OmegaConf.to_container(OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml"))
+        mapping = default_dataset()
     kind = (mapping or {}).get("kind", "letor") if isinstance(mapping, (dict, DictConfig)) else None
     if kind == "synthetic":
         data = typed(synthetic_schema(), mapping, "dataset", label="dataset")
