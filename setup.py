@@ -1,5 +1,5 @@
 """Packaging beyond what pyproject.toml can say: the top-level ``conf/`` ships inside the package as ``ltrjax.conf``
-(its YAML files are package data, pyproject.toml), so an installed ltrjax finds its configs (``ltrjax.schema.conf_dir``)."""
+(its YAML files are package data, pyproject.toml), so an installed ltrjax finds its configs (``ltrjax.structured.conf_dir``)."""
 
 from setuptools import find_namespace_packages, setup
 

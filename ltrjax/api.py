@@ -75,7 +75,8 @@ def algorithm(name: str, **options) -> PolicyFactory:
     Unknown names, keys and values raise ``ConfigError``, as on the command line."""
     from omegaconf import OmegaConf
 
-    from ltrjax.schema import algorithm_options, conf_dir, resolve_algorithm
+    from ltrjax.schema import algorithm_options, resolve_algorithm
+    from ltrjax.structured import conf_dir
 
     path = conf_dir() / "algorithm" / f"{name}.yaml"
     if not path.is_file():

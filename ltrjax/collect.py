@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import re
@@ -35,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ltrjax.record import NotResultsFile, load_results
 
 MAIN_METRICS = ("cum_ndcg", "warm_ndcg", "cold_ndcg", "cum_ndcg_vali", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 NOT_METRICS = {"seed"}
@@ -122,12 +123,12 @@ def _trial_values(trials: list, name: str) -> dict[str, list[float]]:
 def load_rows(path: Path, run: str, overrides: dict[str, str]) -> list[Row]:
     """The rows of one results.json; raises ResultsError saying what is wrong with it."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as err:
+        data = load_results(path)
+    except OSError as err:
         raise ResultsError(f"cannot be read ({err})") from err
-    except json.JSONDecodeError as err:
-        raise ResultsError(f"not valid JSON ({err})") from err
-    if not isinstance(data, dict) or not isinstance(data.get("algorithms"), dict):
+    except NotResultsFile as err:
+        raise ResultsError(str(err)) from err
+    if not isinstance(data.get("algorithms"), dict):
         raise ResultsError('no "algorithms" object at the top level')
     rows = []
     for name, entry in data["algorithms"].items():

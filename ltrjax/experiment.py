@@ -7,19 +7,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ltrjax.schema import conf_dir, validate, write_resolved_config
+from ltrjax.schema import validate, write_resolved_config
 
-CONF_DIR = conf_dir()
 log = logging.getLogger("ltrjax")
 
 
-def dataset_config(cfg: DictConfig) -> DictConfig:
-    """The run's dataset config; without ``+dataset=...`` the embedded synthetic default."""
-    from omegaconf import OmegaConf
+def dataset_config(cfg: DictConfig):
+    """The run's dataset config; without ``+dataset=...`` the synthetic default (``registry.default_dataset``)."""
+    from ltrjax.data.registry import default_dataset
 
-    if cfg.get("dataset") is not None:
-        return cfg.dataset
-    return OmegaConf.load(CONF_DIR / "dataset" / "synthetic.yaml")
+    return cfg.dataset if cfg.get("dataset") is not None else default_dataset()
 
 
 def cache_dir(cfg: DictConfig) -> str | None:
@@ -42,7 +39,7 @@ def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
     finished rows (online) or experiment (offline, fidelity) were made with other settings; before any data is
     loaded. ``experiment.resume=false`` (online) starts the rows afresh, so only the kind is checked."""
     from ltrjax.offline.config import as_mapping
-    from ltrjax.report import record
+    from ltrjax import record
 
     kind = str(cfg.experiment.kind)
     if kind in record.ONLINE_KINDS:
@@ -69,13 +66,13 @@ def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
 
 def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | None = None, on_accepted=None):
     """Check ``cfg`` (``ltrjax.schema.validate``: a ``ConfigError`` before any data is loaded), hold the run
-    folder (``ltrjax.report.record.hold_run_folder``: one writer per folder), check its finished results
+    folder (``ltrjax.record.hold_run_folder``: one writer per folder), check its finished results
     (``check_run_folder``), record the resolved config in ``out_dir/resolved_config.yaml`` (and call
     ``on_accepted()``: the entry point's ``.hydra/`` copy) only once the run is accepted, load the dataset and run
     the experiment; returns its objective. ``overrides`` are the command line's (``validate`` refuses groups the
     experiment does not read); relative data paths are taken from ``cwd`` (default: the working directory)."""
     from ltrjax.data.registry import load_dataset
-    from ltrjax.report.record import hold_run_folder
+    from ltrjax.record import hold_run_folder
 
     cfg = validate(cfg, overrides, cwd=cwd or Path.cwd())
     out_dir = Path(out_dir)

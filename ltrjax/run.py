@@ -1,9 +1,9 @@
 """Hydra entry point: ``python -m ltrjax.run [+dataset=NAME] [experiment=NAME] [key=value ...]``.
 
 The configs are ``conf/`` of the source checkout, or the same files installed as the package data
-``ltrjax/conf`` (``ltrjax.schema.conf_dir``), so the command works from any directory. A config that
+``ltrjax/conf`` (``ltrjax.structured.conf_dir``), so the command works from any directory. A config that
 the schemas refuse (``ltrjax.schema``), missing or malformed data, a run folder that cannot take the run
-(``ltrjax.report.record``: not writable, held by another run, or holding results made with other settings)
+(``ltrjax.record``: not writable, held by another run, or holding results made with other settings)
 exit with status 2 and one paragraph on stderr, also appended to the folder's ``run.log``; so does a
 composition error Hydra reports itself (an unknown group option, or an override of a key that does not exist
 without ``+``). Hydra's ``.hydra/`` copy of the config (``hydra.output_subdir: null`` in ``conf/config.yaml``) is
@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ltrjax.constraints import ConfigError
 from ltrjax.data.errors import DataFormatError, DatasetNotFoundError
-from ltrjax.report.record import RunFolderError, atomic_write
-from ltrjax.schema import conf_dir
+from ltrjax.record import RunFolderError, atomic_write
+from ltrjax.structured import conf_dir
 
 log = logging.getLogger("ltrjax")
 _task_started = False  # set once Hydra has composed a config and called the task

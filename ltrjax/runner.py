@@ -29,16 +29,9 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator, TrialResult
-from ltrjax.report.online_report import (
-    METRICS,
-    exploitation_ratios,
-    perfect_click_rates,
-    safe_name,
-    save_units,
-    write_report,
-    write_simple_report,
-)
-from ltrjax.report.record import git_commit, run_record
+from ltrjax.measure import exploitation_ratios, perfect_click_rates, save_units
+from ltrjax.report.online_report import METRICS, safe_name, write_report, write_simple_report
+from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
 from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
@@ -221,10 +214,8 @@ def row_settings(cfg: DictConfig, key: str, **sim_overrides) -> dict:
     algorithm's options and ``_target_`` (its ``fit`` with ``fit_overrides`` applied), the click model, the
     protocol (``cfg.sim`` with ``sim_overrides``, without the reporting-only keys), the dataset, the seed and the
     experiment keys that shape a trial's record. Stored with the row in results.json; a rerun resumes the row only
-    when these are identical (``ltrjax.report.record``). Trials, progress, caches and memory settings are not part
+    when these are identical (``ltrjax.record``). Trials, progress, caches and memory settings are not part
     of it: they do not change a trial."""
-    from ltrjax.online.simulator import protocol_of
-
     def plain(node):
         return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 

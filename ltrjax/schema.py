@@ -15,7 +15,9 @@ ConfigStore under ``schema/``):
 
 Types come from the annotations (OmegaConf converts and checks them), allowed values from their
 ``Annotated`` constraints (``ltrjax.constraints``), the same ones the dataclasses check in
-``__post_init__`` and ``Policy.make_hyper`` checks for tune grids. ``validate`` checks a composed config
+``__post_init__`` and ``Policy.make_hyper`` checks for tune grids. The generic machinery (a mapping typed as a
+dataclass, where the shipped configs are) is ``ltrjax.structured``; the dataset check is the data package's own
+(``ltrjax.data.registry.check_dataset``). ``validate`` checks a composed config
 against all of them and returns the fully resolved config a run uses; whatever it refuses raises a
 ``ConfigError``, one paragraph naming the key, the value and what is allowed (``python -m ltrjax.run``
 prints it and exits with status 2).
@@ -34,35 +36,23 @@ import types
 import typing
 from typing import Annotated, Any, Dict, List, Optional
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from ltrjax.clicks import KIND_KEYS, ClickModelConfig
 from ltrjax.constraints import (ConfigError, Each, NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt,
-                                Range, check_fields, check_value, checks_of, field_checks, strict_fields,
-                                unknown_key)
-from ltrjax.data.registry import SYNTHETIC_KEYS, DatasetConfig
-from ltrjax.data.synthetic import PRESETS, SyntheticParams, synthetic_params
+                                Range, check_value, checks_of, field_checks, strict_fields, unknown_key)
+from ltrjax.data.registry import DatasetConfig, check_dataset, synthetic_schema
 from ltrjax.models.train import FitConfig
 from ltrjax.offline.config import TOP_LEVEL as OFFLINE_TOP_LEVEL
 from ltrjax.offline.config import FidelityConfig, OfflineConfig
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
+from ltrjax.structured import allowed_text, conf_dir, join_key, lookup, typed, writable
 
 log = logging.getLogger("ltrjax")
 
 ONLINE_KINDS = ("online", "online_table")
-
-
-def conf_dir() -> pathlib.Path:
-    """The folder of the YAML configs: ``ltrjax/conf`` in an installed package (the top-level ``conf/``
-    shipped as package data), else ``conf/`` of the source checkout ``ltrjax`` runs from."""
-    here = pathlib.Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(f"ltrjax's configs are neither in {here / 'conf'} (an installed package) nor in "
-                            f"{here.parent / 'conf'} (a source checkout); reinstall ltrjax")
 
 
 # --------------------------------------------------------------------------- the schemas
@@ -152,102 +142,6 @@ ONLINE_ONLY = ("sim", "population", "layout", "click_model", "fit_overrides", "a
 
 
 # --------------------------------------------------------------------------- typing through OmegaConf
-def _type_words(hint) -> str:
-    """A phrase for a (plain) type: 'an integer', 'a list of numbers', ..."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Annotated:
-        return _type_words(args[0])
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return " or ".join(_type_words(a) for a in inner) + (" or null" if len(inner) < len(args) else "")
-    if origin in (list, tuple, List, collections.abc.Sequence):
-        return f"a list of {_type_words(args[0]).removeprefix('an ').removeprefix('a ')}s" if args else "a list"
-    if origin in (dict, Dict, collections.abc.Mapping):
-        return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-            dict: "a mapping"}.get(hint, "a value")
-
-
-def _is_optional(hint) -> bool:
-    if typing.get_origin(hint) is Annotated:
-        hint = typing.get_args(hint)[0]
-    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
-
-
-def _allowed(hint) -> str:
-    """What a field of type ``hint`` (``Annotated`` constraints included) accepts, for a message."""
-    checks = checks_of(hint)
-    if checks:
-        words = "; ".join(c.describe() for c in checks)
-        return f"expected {words}{' or null' if _is_optional(hint) and 'null' not in words else ''}"
-    return f"expected {_type_words(hint)}"
-
-
-def _lookup(mapping, dotted: str):
-    node = mapping
-    for part in str(dotted).split("."):
-        if isinstance(node, (dict, DictConfig)) and part in node:
-            node = node[part]
-        elif isinstance(node, (list, tuple, ListConfig)) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix and key else (prefix or key)
-
-
-def _writable(node):
-    """A structured config without the read-only flags of frozen dataclasses (so that values merge into it)."""
-    OmegaConf.set_readonly(node, False)
-    if isinstance(node, DictConfig):
-        for key in node.keys():
-            child = node._get_node(key)
-            if isinstance(child, (DictConfig, ListConfig)):
-                _writable(child)
-    return node
-
-
-def typed(cls, mapping, where: str, *, label: str | None = None):
-    """``mapping`` as an instance of dataclass ``cls``: unknown keys and wrong types refused by OmegaConf (Hydra's
-    structured configs), values by the dataclass's ``__post_init__`` checks; every error a ``ConfigError`` whose
-    key is prefixed with ``where``."""
-    if mapping is None:
-        mapping = {}
-    if not isinstance(mapping, (dict, DictConfig)):
-        raise ConfigError(where, mapping, f"expected a mapping of {label or where} settings")
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):  # nested blocks first, so that their errors name their full key
-        sub = hints[f.name]
-        if typing.get_origin(sub) in (typing.Union, types.UnionType):
-            sub = next((a for a in typing.get_args(sub) if a is not type(None)), sub)
-        if dataclasses.is_dataclass(sub) and isinstance(mapping.get(f.name), (dict, DictConfig)):
-            typed(sub, mapping[f.name], _join(where, f.name), label=f.name)
-    try:
-        merged = OmegaConf.merge(_writable(OmegaConf.structured(cls)), mapping)
-        obj = OmegaConf.to_object(merged)
-        check_fields(obj)  # for the schemas without a __post_init__ of their own
-        return obj
-    except ConfigError as err:
-        raise err.within(where) from None
-    except ConfigKeyError as err:
-        full = str(err.full_key or err.key)
-        owner = err.object_type if dataclasses.is_dataclass(err.object_type) else cls
-        raise unknown_key(_join(where, full), _lookup(mapping, full), [f.name for f in dataclasses.fields(owner)],
-                          _join(where, full.rpartition(".")[0]) or label or where) from None
-    except ValidationError as err:
-        full = str(err.full_key or err.key)
-        owner = err.object_type if dataclasses.is_dataclass(err.object_type) else cls
-        name = full.rsplit(".", 1)[-1]
-        hints = typing.get_type_hints(owner, include_extras=True)
-        allowed = _allowed(hints[name]) if name in hints else f"not allowed here ({err.msg.splitlines()[0]})"
-        raise ConfigError(_join(where, full), _lookup(mapping, full), allowed) from None
-    except OmegaConfBaseException as err:
-        raise ConfigError(where, None, str(err).splitlines()[0], show_value=False) from None
-
-
 # --------------------------------------------------------------------------- click models, datasets
 def check_click_model(mapping, where: str = "click_model") -> dict:
     """A ``click_model`` mapping typed and checked; a key its kind does not read is refused (it would be ignored)."""
@@ -260,46 +154,6 @@ def check_click_model(mapping, where: str = "click_model") -> dict:
                               f"kind {model.kind!r} does not read it (it reads {', '.join(reads) or 'no other key'}); "
                               f"choose a click model with its own keys instead ({groups})")
     return {"kind": model.kind, **{k: getattr(model, k) for k in reads}}
-
-
-@functools.lru_cache(maxsize=None)
-def synthetic_schema() -> type:
-    """DatasetConfig plus ``preset`` and every SyntheticParams field (null: the preset's value)."""
-    hints = typing.get_type_hints(SyntheticParams)
-    extra = [("preset", Annotated[str, OneOf(PRESETS)], dataclasses.field(default="synthetic"))]
-    for name in SYNTHETIC_KEYS[1:]:
-        hint = hints[name]
-        if typing.get_origin(hint) is tuple:
-            hint = List[typing.get_args(hint)[0]]
-        extra.append((name, Optional[hint], dataclasses.field(default=None)))
-    return dataclasses.make_dataclass("SyntheticDatasetConfig", extra, bases=(DatasetConfig,), frozen=True)
-
-
-def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
-    """The ``dataset`` mapping (default: ``conf/dataset/synthetic.yaml``) typed and checked, a relative
-    ``dataset.path`` made absolute against ``cwd`` (the directory the user ran from)."""
-    if mapping is None:
-        mapping = OmegaConf.to_container(OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml"))
-    kind = (mapping or {}).get("kind", "letor") if isinstance(mapping, (dict, DictConfig)) else None
-    if kind == "synthetic":
-        data = typed(synthetic_schema(), mapping, "dataset", label="dataset")
-        values = dataclasses.asdict(data)
-        try:  # the preset with the overrides: ranges and consistency (SyntheticParams.__post_init__)
-            params = synthetic_params(values)
-        except ValueError as err:
-            raise ConfigError("dataset", None, str(err), show_value=False) from None
-        bm25 = params.bm25_feature
-    else:
-        data = typed(DatasetConfig, mapping, "dataset", label="dataset")
-        values = dataclasses.asdict(data)
-        bm25 = data.bm25_feature
-    if values["warmup_feature"] is not None and bm25 is not None:
-        raise ConfigError("dataset.warmup_feature", values["warmup_feature"],
-                          f"only read when the data has no BM25 feature, but dataset.bm25_feature is {bm25}; "
-                          "set dataset.bm25_feature=null to rank by another feature")
-    if values["path"] and cwd is not None and not pathlib.Path(values["path"]).expanduser().is_absolute():
-        values["path"] = str((cwd / values["path"]).resolve())
-    return values
 
 
 # --------------------------------------------------------------------------- algorithms
@@ -460,16 +314,16 @@ def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, d
 
 def _merge_typed(schema, mapping, where):
     try:
-        return OmegaConf.merge(_writable(OmegaConf.structured(schema)), mapping)
+        return OmegaConf.merge(writable(OmegaConf.structured(schema)), mapping)
     except ConfigKeyError as err:  # pragma: no cover - unknown keys are refused before
-        raise unknown_key(_join(where, str(err.full_key)), None, [f.name for f in dataclasses.fields(schema)],
+        raise unknown_key(join_key(where, str(err.full_key)), None, [f.name for f in dataclasses.fields(schema)],
                           where) from None
     except ValidationError as err:
         full = str(err.full_key or err.key)
         name = full.split(".", 1)[0]
         cls = policy_class(mapping["_target_"])
         hint = constructor_options(cls).get(name, (Any, None))[0] if name not in ("tune", "fit") else dict
-        raise ConfigError(_join(where, full), _lookup(mapping, full), _allowed(hint)) from None
+        raise ConfigError(join_key(where, full), lookup(mapping, full), allowed_text(hint)) from None
 
 
 def resolve_algorithm(key: str, acfg, fit_overrides=None) -> dict:

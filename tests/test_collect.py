@@ -160,10 +160,13 @@ def test_no_results_exit_2(tmp_path, capsys):
 
 def test_every_results_json_unreadable_exit_2(tmp_path, capsys):
     (tmp_path / "0").mkdir()
-    (tmp_path / "0" / "results.json").write_text("[]")
+    (tmp_path / "0" / "results.json").write_text("[]")  # read by ltrjax.record.load_results, as a rerun reads it
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "results.json").write_text("{}")
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"skipped {tmp_path / '0' / 'results.json'}: no \"algorithms\" object" in err
+    assert f"skipped {tmp_path / '0' / 'results.json'}: not a results file (a JSON object)" in err
+    assert f"skipped {tmp_path / '1' / 'results.json'}: no \"algorithms\" object" in err
     assert "no results.json could be merged" in err
 
 

@@ -332,6 +332,9 @@ def test_beds_and_experiment_pass_the_bed_to_the_checks(monkeypatch, tmp_path):
     tb = F.BEDS["confounded_mlp"]
     assert tb.over() == {"ranker": "mlp", "logging_boost": {"column": 8, "weight": 1.5}}
     assert F.BEDS["linear_noisy"].over() == {"ranker": "linear"}
+    from ltrjax.offline.config import TEST_BEDS  # the names the config accepts without importing fidelity
+
+    assert tuple(F.BEDS) == TEST_BEDS
     qs = tb.queryset(20)
     assert qs.n_features == 12 and np.allclose(np.corrcoef(qs.features[:, 8], qs.labels)[0, 1], 0, atol=0.2)
     seen = {}

@@ -159,7 +159,7 @@ def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch)
 def test_reporting_keys_do_not_change_the_protocol(tmp_path):
     """A results.json written before ``sim.history_splits`` existed (or with another value) resumes: the key
     changes only what is evaluated along the way; any other sim key is still refused."""
-    from ltrjax.online.simulator import protocol_of
+    from ltrjax.record import protocol_of
     from ltrjax.report.online_report import METRICS
     from ltrjax.report.results import ResultsWriter
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ltrjax.report import record
+from ltrjax import record
 
 REPO = Path(__file__).resolve().parent.parent
 XLA_CACHE_ROOT = Path(os.environ.get("LTRJAX_TEST_XLA_CACHE", "~/.cache/ltrjax/xla-tests")).expanduser() / "run"

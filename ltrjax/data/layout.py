@@ -68,6 +68,14 @@ def padded_cells(sizes: np.ndarray, widths: np.ndarray) -> int:
     return int(widths[np.searchsorted(widths, sizes, side="left")].sum())
 
 
+def quantile_widths(sizes, n_quantiles: int, multiple: int = 8) -> np.ndarray:
+    """The distinct upper ``n_quantiles``-quantiles of the document counts ``sizes``, rounded up to ``multiple``
+    (the last one covers the largest query). Offline evaluation lists use them as they are (``n_quantiles`` =
+    buckets); ``bucket_widths`` starts from finer ones and merges."""
+    qs = np.quantile(np.asarray(sizes), np.linspace(0, 1, n_quantiles + 1)[1:], method="higher")
+    return np.unique(-(-qs.astype(np.int64) // multiple) * multiple)
+
+
 def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
                   merge_tolerance: float = 0.25) -> np.ndarray:
     """Upper document counts of at most ``n_buckets`` buckets, chosen to keep padding small.
@@ -79,8 +87,7 @@ def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
     get one or two buckets and skewed ones (MSLR: 1 to 1,251 documents) get more.
     """
     sizes = np.sort(np.asarray(docs_per_query))
-    qs = np.quantile(sizes, np.linspace(0, 1, 4 * n_buckets + 1)[1:], method="higher")
-    widths = np.unique(-(-qs.astype(np.int64) // multiple) * multiple)
+    widths = quantile_widths(sizes, 4 * n_buckets, multiple)
     widths[-1] = max(widths[-1], -(-sizes[-1] // multiple) * multiple)
     budget = padded_cells(sizes, widths) + merge_tolerance * sizes.sum()
     while len(widths) > 1:

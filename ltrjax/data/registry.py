@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
+import typing
 from typing import Annotated, Any, Mapping
 
 import numpy as np
@@ -17,13 +19,13 @@ from .errors import DatasetNotFoundError
 from .letor import LetorFile, read_letor
 from .preprocess import NORMALIZATIONS, preprocess
 from .queryset import SPLIT_NAMES, QuerySet, offsets_from_counts, random_split
-from .synthetic import SyntheticParams, generate_synthetic, synthetic_params
+from .synthetic import PRESETS, SyntheticParams, generate_synthetic, synthetic_params
 
 log = logging.getLogger("ltrjax")
 
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
-    """The schema of a ``conf/dataset/*.yaml`` entry (``ltrjax.schema``); a synthetic entry also takes
+    """The schema of a ``conf/dataset/*.yaml`` entry (``check_dataset``); a synthetic entry also takes
     ``preset`` and any field of ``SyntheticParams`` (``SYNTHETIC_KEYS``)."""
 
     name: str = "letor"
@@ -105,7 +107,7 @@ def load_dataset(cfg: Mapping | str, *, seed: int = 0, cache_dir: str | None = N
 
 def shipped_datasets() -> tuple[str, ...]:
     """The dataset names of ``conf/dataset/*.yaml`` (``+dataset=NAME`` on the command line)."""
-    from ltrjax.schema import conf_dir
+    from ltrjax.structured import conf_dir
 
     return tuple(sorted(p.stem for p in (conf_dir() / "dataset").glob("*.yaml")))
 
@@ -116,7 +118,7 @@ def dataset_settings(name: str, **overrides) -> dict[str, Any]:
     Raises ConfigError for an unknown name, key or value."""
     from omegaconf import OmegaConf
 
-    from ltrjax.schema import check_dataset, conf_dir
+    from ltrjax.structured import conf_dir
 
     names = shipped_datasets()
     if name not in names:
@@ -127,6 +129,61 @@ def dataset_settings(name: str, **overrides) -> dict[str, Any]:
             raise unknown_key(f"dataset.{key}", value, mapping, f"dataset {name}")
         mapping[key] = value
     return check_dataset(mapping, pathlib.Path.cwd())
+
+
+def default_dataset() -> dict[str, Any]:
+    """The dataset of a run without ``+dataset=NAME``: ``conf/dataset/synthetic.yaml``, as a plain mapping."""
+    from omegaconf import OmegaConf
+
+    from ltrjax.structured import conf_dir
+
+    return OmegaConf.to_container(OmegaConf.load(conf_dir() / "dataset" / "synthetic.yaml"))
+
+
+@functools.lru_cache(maxsize=None)
+def synthetic_schema() -> type:
+    """DatasetConfig plus ``preset`` and every SyntheticParams field (null: the preset's value)."""
+    hints = typing.get_type_hints(SyntheticParams)
+    extra = [("preset", Annotated[str, OneOf(PRESETS)], dataclasses.field(default="synthetic"))]
+    for name in SYNTHETIC_KEYS[1:]:
+        hint = hints[name]
+        if typing.get_origin(hint) is tuple:
+            hint = typing.List[typing.get_args(hint)[0]]
+        extra.append((name, typing.Optional[hint], dataclasses.field(default=None)))
+    return dataclasses.make_dataclass("SyntheticDatasetConfig", extra, bases=(DatasetConfig,), frozen=True)
+
+
+def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
+    """The ``dataset`` mapping (default: ``conf/dataset/synthetic.yaml``) typed and checked, a relative
+    ``dataset.path`` made absolute against ``cwd`` (the directory the user ran from)."""
+    from omegaconf import DictConfig
+
+    from ltrjax.structured import typed
+
+    if mapping is None:
+        mapping = default_dataset()
+    kind = (mapping or {}).get("kind", "letor") if isinstance(mapping, (dict, DictConfig)) else None
+    if kind == "synthetic":
+        data = typed(synthetic_schema(), mapping, "dataset", label="dataset")
+        values = dataclasses.asdict(data)
+        try:  # the preset with the overrides: ranges and consistency (SyntheticParams.__post_init__)
+            params = synthetic_params(values)
+        except ValueError as err:
+            raise ConfigError("dataset", None, str(err), show_value=False) from None
+        bm25 = params.bm25_feature
+    else:
+        data = typed(DatasetConfig, mapping, "dataset", label="dataset")
+        values = dataclasses.asdict(data)
+        bm25 = data.bm25_feature
+    if values["warmup_feature"] is not None and bm25 is not None:
+        raise ConfigError("dataset.warmup_feature", values["warmup_feature"],
+                          f"only read when the data has no BM25 feature, but dataset.bm25_feature is {bm25}; "
+                          "set dataset.bm25_feature=null to rank by another feature")
+    if values["path"] and cwd is not None and not pathlib.Path(values["path"]).expanduser().is_absolute():
+        values["path"] = str((cwd / values["path"]).resolve())
+    return values
+
+
 
 
 def dataset_config(cfg: Mapping) -> dict[str, Any]:

@@ -20,3 +20,12 @@ def make_optimizer(name: str, learning_rate: float, clip_norm: float | None = No
         parts.append(optax.add_decayed_weights(float(weight_decay)))
     parts.append(OPTIMIZERS[name](float(learning_rate)))
     return parts[0] if len(parts) == 1 else optax.chain(*parts)
+
+
+def optimizer_of(cfg) -> optax.GradientTransformation:
+    """The optimiser a fit config names (``ltrjax.models.train.FitConfig``, ``ltrjax.offline.train.TrainConfig``):
+    ``make_optimizer`` of its ``optimizer``, ``learning_rate``, ``clip_norm`` and ``weight_decay``, or L-BFGS with
+    ``lbfgs_memory`` past updates (full-batch online fits only)."""
+    if cfg.optimizer == "lbfgs":
+        return optax.lbfgs(memory_size=int(cfg.lbfgs_memory))
+    return make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.clip_norm, cfg.weight_decay)

@@ -66,12 +66,6 @@ class FitConfig:
         return cls(**strict_fields(cls, cfg, "fit"))
 
 
-def make_optimizer(cfg: FitConfig) -> optax.GradientTransformation:
-    if cfg.optimizer == "lbfgs":
-        return optax.lbfgs(memory_size=int(cfg.lbfgs_memory))
-    return optim.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.clip_norm, cfg.weight_decay)
-
-
 def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | None = None) -> dict[str, np.ndarray]:
     """Pad every array along axis 0 (real examples first) and add ``weight`` (0 = padding).
 
@@ -150,7 +144,7 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
     are unused); early stopping is the same. ``shuffle(key, real)`` orders each epoch's examples
     (``shuffled_order``; benchmarks/retrain.py passes the former argsort to compare).
     """
-    tx = make_optimizer(cfg)
+    tx = optim.optimizer_of(cfg)
 
     def batch_loss(params, batch):
         return weighted_mean(loss_fn(params, batch), batch["weight"])

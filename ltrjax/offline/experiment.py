@@ -21,15 +21,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from ltrjax.clicks import check_click_model_data, make_click_model, relevance
+from ltrjax.data.layout import quantile_widths
 from ltrjax.offline import estimator_api
 from ltrjax.offline.config import TOP_LEVEL, OfflineConfig, as_mapping, from_mapping, is_oracle
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
-from ltrjax.offline.lists import bucket_queries, bucket_widths, pad_queries
+from ltrjax.offline.lists import bucket_queries, pad_queries
 from ltrjax.offline.logging import (LoggedLists, chunk_size, log_click_stats, pad_positions,
                                     randomization_propensities, top_k_lists)
 from ltrjax.offline.train import fit
-from ltrjax.report.record import check_experiment, experiment_record, write_results
+from ltrjax.record import check_experiment, experiment_record, write_results
 from ltrjax.saved import feature_spec, model_path, save_model
 
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
@@ -199,7 +200,7 @@ def prepare_trial(qs, exp: OfflineConfig, seed: int) -> TrialData:
     split = np.asarray(qs.split)
     train_ids, vali_ids, test_ids = (np.flatnonzero(split == s) for s in (0, 1, 2))
     sizes = np.diff(np.asarray(qs.query_offsets))
-    widths = bucket_widths(sizes[np.concatenate([vali_ids, test_ids])], int(exp.eval_buckets))
+    widths = quantile_widths(sizes[np.concatenate([vali_ids, test_ids])], int(exp.eval_buckets))
     vali = bucket_queries(eval_view, vali_ids, rng, widths=widths)
     test = bucket_queries(eval_view, test_ids, rng, widths=widths)
     n_prod = max(1, int(round(exp.production_fraction * len(train_ids))))
@@ -366,7 +367,7 @@ def markdown_table(algos: dict, title: str = "") -> str:
 
 def markdown_header(exp: OfflineConfig, dataset: str, source: str, n_trials: int) -> str:
     """The opening lines of results.md: dataset, click model, protocol, seed, trials, commit."""
-    from ltrjax.report.record import git_commit
+    from ltrjax.record import git_commit
 
     return "\n".join([f"# Offline results on {dataset}", "",
                       f"- **Dataset**: {dataset}", f"- **Click model**: {exp.click_model.mapping()}",
@@ -414,7 +415,7 @@ def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list
     """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
 
     A file written for another dataset or configuration (other than the trial count) is refused
-    (``ltrjax.report.record.RunFolderError``).
+    (``ltrjax.record.RunFolderError``).
     """
     old = check_experiment(out_dir, exp.kind, as_mapping(exp), RESUME_IGNORES, getattr(qs, "name", "?"))
     if old is None:

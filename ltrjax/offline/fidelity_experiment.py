@@ -29,7 +29,7 @@ from ltrjax.offline import estimator_api
 from ltrjax.offline import experiment as E
 from ltrjax.offline import fidelity as F
 from ltrjax.offline.config import FidelityConfig, OfflineConfig, as_mapping, from_mapping, is_oracle, override
-from ltrjax.report.record import check_experiment, experiment_record, git_commit, write_results
+from ltrjax.record import check_experiment, experiment_record, git_commit, write_results
 
 # The papers' numbers (NDCG@10). Vectorization Table 1 (Yahoo!, TianGong clicks, 8 runs), Table 2 (trust bias).
 PAPER = {
@@ -500,7 +500,7 @@ def plot(results: dict, out_dir: pathlib.Path) -> None:
         fig.savefig(out_dir / "d_sweep.png", dpi=120)
 
 
-RESUME_IGNORES = ("trials", "progress")  # a rerun recomputes every part; other settings are refused (ltrjax.report.record)
+RESUME_IGNORES = ("trials", "progress")  # a rerun recomputes every part; other settings are refused (ltrjax.record)
 
 
 def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:

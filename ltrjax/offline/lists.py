@@ -13,6 +13,8 @@ import jax
 import numpy as np
 from flax import struct
 
+from ltrjax.data.layout import quantile_widths
+
 
 @struct.dataclass
 class Lists:
@@ -56,16 +58,10 @@ def pad_queries(qs, query_ids, rng: np.random.Generator, width: int | None = Non
                  query_index=query_ids.astype(np.int32))
 
 
-def bucket_widths(sizes, n_buckets: int = 2, multiple: int = 8) -> np.ndarray:
-    """Bucket widths: quantiles of the document counts, rounded up to ``multiple``."""
-    sizes = np.asarray(sizes)
-    qtl = np.quantile(sizes, np.linspace(0, 1, n_buckets + 1)[1:], method="higher")
-    return np.unique(-(-qtl.astype(np.int64) // multiple) * multiple)
-
-
 def bucket_queries(qs, query_ids, rng: np.random.Generator, n_buckets: int = 2,
                    multiple: int = 8, max_docs: int | None = None, widths=None) -> list[Lists]:
-    """Split ``query_ids`` into padded groups by document count (``widths`` or ``n_buckets`` quantiles).
+    """Split ``query_ids`` into padded groups by document count (``widths`` or ``n_buckets`` quantiles:
+    ``ltrjax.data.layout.quantile_widths``).
 
     Sharing ``widths`` between splits (e.g. validation and test) shares compiled shapes.
     """
@@ -76,7 +72,7 @@ def bucket_queries(qs, query_ids, rng: np.random.Generator, n_buckets: int = 2,
     sizes = offsets[query_ids + 1] - offsets[query_ids]
     if max_docs is not None:
         sizes = np.minimum(sizes, max_docs)
-    widths = bucket_widths(sizes, n_buckets, multiple) if widths is None else np.asarray(widths)
+    widths = quantile_widths(sizes, n_buckets, multiple) if widths is None else np.asarray(widths)
     if sizes.max() > widths[-1]:
         raise ValueError(f"bucket widths {widths} do not cover a query with {sizes.max()} documents")
     which = np.searchsorted(widths, sizes, side="left")

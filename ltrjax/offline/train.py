@@ -65,11 +65,6 @@ class FitResult:
     history: dict
 
 
-def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    """The shared factory (``ltrjax.models.optim``), chained so optimizer states keep one structure."""
-    return optax.chain(optim.make_optimizer(cfg.optimizer, cfg.learning_rate, cfg.clip_norm, cfg.weight_decay))
-
-
 def _mask_rows(a, valid):
     v = valid.reshape(valid.shape + (1,) * (a.ndim - 1))
     return a & v if a.dtype == jnp.bool_ else a * v.astype(a.dtype)
@@ -82,7 +77,7 @@ def make_epoch(estimator: Estimator, cfg: TrainConfig, n_rows: int):
     Memoized on (estimator, config, rows) so repeated fits reuse the compiled epoch; the 64 most recent
     are kept, so a loop over many settings or data sizes does not keep every compiled epoch alive.
     """
-    opt = make_optimizer(cfg)
+    opt = optim.optimizer_of(cfg)
     batch_size = int(min(cfg.batch_size, n_rows))
     n_batches = -(-n_rows // batch_size)
     grad_fn = jax.value_and_grad(estimator.loss, has_aux=True)
@@ -145,7 +140,7 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
                                 progress=progress, desc=desc)
     kinit, key = jax.random.split(key)
     params, state = estimator.init(kinit, n_features, props)
-    opt = make_optimizer(cfg)
+    opt = optim.optimizer_of(cfg)
     opt_state = opt.init(params)
     n_rows = int(jax.tree_util.tree_leaves(data)[0].shape[0])
     epoch, n_batches = make_epoch(estimator, cfg, n_rows)

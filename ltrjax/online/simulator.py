@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import operator
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -56,14 +57,7 @@ DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder")
-# sim keys that change only what is evaluated along the way, not the simulated sessions: results that differ only
-# in them are the same protocol (a resumed run, experiments/compare_runs.py)
-REPORTING_KEYS = ("history_splits",)
-
-
-def protocol_of(sim: dict | None) -> dict | None:
-    """A results header's ``sim`` block without its ``REPORTING_KEYS``."""
-    return None if sim is None else {k: v for k, v in sim.items() if k not in REPORTING_KEYS}
+# the sim keys that change only what is reported (history_splits): ltrjax.record.REPORTING_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +258,74 @@ def group_trials(keys: Sequence[jax.Array]) -> tuple[np.ndarray, list[TrialKeys]
     trial_index: dict[tuple, int] = {}
     trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
     return trial_of, [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
+
+
+# the retrain after the warm-up (sim.train_after_warmup) folds this into the train key: -1 as a uint32, the value
+# jax < 0.10 made of the -1 it was given (jax 0.10 refuses negative fold_in data); segment i's retrain folds in i
+WARMUP_RETRAIN = 0xFFFFFFFF
+
+
+def pad_to_devices(keys: list, hypers: list, n_devices: int) -> tuple[list, list]:
+    """The members padded with copies of the last one to a multiple of ``n_devices`` (equal shards)."""
+    if n_devices > 1 and len(keys) % n_devices:
+        pad = n_devices - len(keys) % n_devices
+        return keys + [keys[-1]] * pad, hypers + [hypers[-1]] * pad
+    return keys, hypers
+
+
+def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> jax.Array:
+    """[M] keys: every member's ``field`` key of its trial (``TrialKeys``) folded with ``data`` in turn."""
+    keys = []
+    for t in trial_of:
+        key = getattr(trials[t], field)
+        for d in data:
+            key = jax.random.fold_in(key, d)
+        keys.append(key)
+    return jnp.stack(keys)
+
+
+@dataclasses.dataclass
+class MainPhase:
+    """The main phase of one population run (``Simulator._run_members``): what it runs and what it accumulates,
+    segment by segment (``Simulator._after_segment``). M members (leading axis), T distinct trials.
+
+    Attributes:
+      policy: the policy of every member.
+      hyper: its stacked typed hyper-parameters, [M, ...] leaves.
+      trials: the T distinct trials' keys.
+      trial_of: i64 [M], each member's trial.
+      n_real: members that are not device padding (the first ``n_real``).
+      segments, plans: per segment and trial, its sessions (``SessionDraws``) and their schedule.
+      starts, points: per segment, its first and last main session (the evaluation point).
+      widths: per segment and bucket, the entry slots it scans (``Simulator.segment_widths``).
+      session_ndcg: f32 [M, main sessions], NDCG@K of every session's shown list, filled segment by segment.
+      history: per member, the split means of each evaluation so far.
+      train_info: per member, one dict per retrain.
+      logs: per member, every segment's ``SessionLog`` (None unless the logs are kept).
+      pending: per member, the ``SessionLog`` of each segment since the last retrain (the next retrain's data).
+      timings: seconds spent simulating, training and evaluating (shared with the warm-up).
+      bar: the progress bar (main sessions x real members).
+      per_query: the last evaluation's per-query NDCG, {"warm"/"cold": [M, Q]}.
+    """
+
+    policy: Policy
+    hyper: Any
+    trials: list
+    trial_of: np.ndarray
+    n_real: int
+    segments: list
+    plans: list
+    starts: np.ndarray
+    points: np.ndarray
+    widths: list
+    session_ndcg: np.ndarray
+    history: list
+    train_info: list
+    logs: list | None
+    pending: list
+    timings: dict
+    bar: Any
+    per_query: dict | None = None
 
 
 def compiled(policy: Policy) -> dict[str, Callable]:
@@ -758,19 +820,35 @@ class Simulator:
 
     def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool
                      ) -> list[TrialResult]:
-        cfg = self.config
+        """One population through the protocol: the warm-up, an optional retrain after it, the main phase
+        segment by segment (``_refresh`` before each, ``_after_segment`` after it), then one ``TrialResult`` per
+        real member (the members padded to a multiple of the device count are dropped)."""
         n_real = len(keys)
-        n_devices = jax.device_count()
-        if n_devices > 1 and len(keys) % n_devices:  # equal shards: pad with copies of the last member
-            pad = n_devices - len(keys) % n_devices
-            keys, hypers = keys + [keys[-1]] * pad, hypers + [hypers[-1]] * pad
+        keys, hypers = pad_to_devices(keys, hypers, jax.device_count())
         trial_of, trials = group_trials(keys)
         timings = {"simulate": 0.0, "train": 0.0, "evaluate": 0.0}
         draws = [self.session_plan(t.plan) for t in trials]
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
-        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]  # [T] per bucket
+        states = self._warm_up(trials, trial_of, draws, timings)
+        train_info: list[list[dict]] = [[] for _ in range(len(keys))]
+        if self.config.train_after_warmup and policy.trains:
+            warm_keys = fold_member_keys(trials, trial_of, "train", WARMUP_RETRAIN)
+            params, infos = self._retrain(policy, warm_keys, params, hyper, states, [None] * len(keys))
+            for acc, info in zip(train_info, infos):
+                acc.append(info)
+        run = self._main_phase(policy, hyper, trials, trial_of, draws, train_info, timings, keep_logs, progress,
+                               n_real)
+        params, states = self._run_segments(policy, params, hyper, states, run.segments, run.plans,
+                                            [t.run for t in trials], trial_of, run.widths,
+                                            before=functools.partial(self._refresh, run),
+                                            after=functools.partial(self._after_segment, run), timings=timings)
+        run.bar.close()
+        return self._trial_results(run, draws, params, states, n_real)
 
+    def _warm_up(self, trials: list[TrialKeys], trial_of: np.ndarray, draws: list, timings: dict) -> list:
+        """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member."""
+        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]  # [T] per bucket
         tic = time.perf_counter()
         warm_policy = self.warmup_policy
         if warm_policy is not None and len(draws[0][0]):
@@ -781,83 +859,92 @@ class Simulator:
             _, initial = self._run_segments(warm_policy, warm_params, warm_hyper, initial, [warmups],
                                             [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
                                             [self.reachable_widths(warmups)])
-        states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
+        states = [jax.tree_util.tree_map(operator.itemgetter(trial_of), s) for s in initial]
         timings["simulate"] += time.perf_counter() - tic
+        return states
 
-        n_members = len(keys)
-        train_info: list[list[dict]] = [[] for _ in range(n_members)]
-        member_keys = lambda fn: jnp.stack([fn(trials[t]) for t in trial_of])  # noqa: E731
-        if cfg.train_after_warmup and policy.trains:
-            params, infos = self._retrain(policy, member_keys(lambda t: jax.random.fold_in(t.train, -1)), params,
-                                          hyper, states, [None] * n_members)
-            for acc, info in zip(train_info, infos):
-                acc.append(info)
-
-        n_main = len(draws[0][1])
+    def _main_phase(self, policy: Policy, hyper, trials: list[TrialKeys], trial_of: np.ndarray, draws: list,
+                    train_info: list[list[dict]], timings: dict, keep_logs: bool, progress: bool, n_real: int
+                    ) -> MainPhase:
+        """The main phase's segments and empty accumulators (``MainPhase``)."""
+        n_members, n_main = len(trial_of), len(draws[0][1])
         points, starts, segments, plans = self.main_segments([d[1] for d in draws], n_main)
-        session_ndcg = np.zeros((n_members, n_main), np.float32)
-        logs: list[list[SessionLog]] = [[] for _ in range(n_members)]
-        pending: list[list[SessionLog]] = [[] for _ in range(n_members)]
-        history: list[list[dict]] = [[] for _ in range(n_members)]
-        per_query = None
         bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
                    unit="sess", disable=None if progress else True, leave=False)  # None: off on non-TTY
+        return MainPhase(policy=policy, hyper=hyper, trials=trials, trial_of=trial_of, n_real=n_real,
+                         segments=segments, plans=plans, starts=starts, points=points,
+                         widths=self.segment_widths([d[1] for d in draws], points),
+                         session_ndcg=np.zeros((n_members, n_main), np.float32),
+                         history=[[] for _ in range(n_members)], train_info=train_info,
+                         logs=[[] for _ in range(n_members)] if keep_logs else None,
+                         pending=[[] for _ in range(n_members)], timings=timings, bar=bar)
 
-        def refresh(i, params):
-            return compiled(policy)["refresh"](member_keys(lambda t: jax.random.fold_in(
-                jax.random.fold_in(t.policy, 1), i)), params)
+    def _refresh(self, run: MainPhase, i: int, params):
+        """Before segment ``i``: the policy's per-segment refresh (e.g. a new dropout mask)."""
+        keys = fold_member_keys(run.trials, run.trial_of, "policy", 1, i)
+        return compiled(run.policy)["refresh"](keys, params)
 
-        def after(i, params, states, outputs, prepared):
-            nonlocal pending, per_query
-            nd, shown, clicked, record = outputs
-            start, stop = starts[i], points[i] + 1
-            session_ndcg[:, start:stop] = nd
+    def _after_segment(self, run: MainPhase, i: int, params, states, outputs, prepared):
+        """After segment ``i``: record its sessions' NDCG and logs, evaluate every member, and retrain when the
+        protocol says so; returns the (retrained) parameters."""
+        nd, shown, clicked, record = outputs
+        start, stop = run.starts[i], run.points[i] + 1
+        run.session_ndcg[:, start:stop] = nd
+        self._evaluate_members(run, i, params, states, prepared)
+        for m in range(len(run.trial_of)):
+            seg = run.segments[i][run.trial_of[m]]
+            log = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
+                             record=None if record is None else member(record, m))
+            if run.logs is not None:
+                run.logs[m].append(log)
+            run.pending[m].append(log)
+        if self.config.retrains_after(i):
+            params = self._retrain_segment(run, i, params, states)
+        run.bar.update(int(stop - start) * run.n_real)
+        return params
+
+    def _evaluate_members(self, run: MainPhase, i: int, params, states, prepared) -> None:
+        """Every member's per-query NDCG after segment ``i`` (only the test queries before the last segment with
+        ``history_splits=test``), and its split means appended to the member's history."""
+        tic = time.perf_counter()
+        last = i == len(run.segments) - 1
+        run.per_query = self._evaluate(run.policy, params, states, prepared=prepared,
+                                       test_only=not last and self.config.history_splits == "test")
+        for m in range(len(run.trial_of)):
+            run.history[m].append(self.split_means({k: v[m] for k, v in run.per_query.items()}))
+        run.timings["evaluate"] += time.perf_counter() - tic
+
+    def _retrain_segment(self, run: MainPhase, i: int, params, states):
+        """The retrain after segment ``i`` on the sessions since the last one (a policy that does not train keeps
+        its parameters); the pending logs start afresh."""
+        if run.policy.trains:
             tic = time.perf_counter()
-            last = i == len(segments) - 1
-            per_query = self._evaluate(policy, params, states, test_only=not last and cfg.history_splits == "test",
-                                       prepared=prepared)
-            for m in range(n_members):
-                history[m].append(self.split_means({k: v[m] for k, v in per_query.items()}))
-            timings["evaluate"] += time.perf_counter() - tic
-            for m in range(n_members):
-                seg = segments[i][trial_of[m]]
-                log = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
-                                 record=None if record is None else member(record, m))
-                if keep_logs:
-                    logs[m].append(log)
-                pending[m].append(log)
-            if cfg.retrains_after(i) and policy.trains:
-                tic = time.perf_counter()
-                params, infos = self._retrain(policy, member_keys(lambda t: jax.random.fold_in(t.train, i)), params,
-                                              hyper, states, [concat_logs(p) for p in pending])
-                params = self._shard(params)
-                timings["train"] += time.perf_counter() - tic
-                for acc, info in zip(train_info, infos):
-                    acc.append(info)
-            if cfg.retrains_after(i):
-                pending = [[] for _ in range(n_members)]
-            bar.update(int(stop - start) * n_real)
-            return params
+            params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
+                                          run.hyper, states, [concat_logs(p) for p in run.pending])
+            params = self._shard(params)
+            run.timings["train"] += time.perf_counter() - tic
+            for acc, info in zip(run.train_info, infos):
+                acc.append(info)
+        run.pending = [[] for _ in range(len(run.trial_of))]
+        return params
 
-        params, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
-                                            trial_of, self.segment_widths([d[1] for d in draws], points),
-                                            before=refresh, after=after, timings=timings)
-        bar.close()
-
+    def _trial_results(self, run: MainPhase, draws: list, params, states, n_real: int) -> list[TrialResult]:
+        """One ``TrialResult`` per real member (host arrays)."""
+        cfg = self.config
         results = []
         final_states = jax.device_get(states)
         for m in range(n_real):
-            main = draws[trial_of[m]][1]
+            main = draws[run.trial_of[m]][1]
             split = self.data.split_of_query[main.query]
-            cum = {name: metrics.cumulative_ndcg(session_ndcg[m][split == s], cfg.gamma)
+            cum = {name: metrics.cumulative_ndcg(run.session_ndcg[m][split == s], cfg.gamma)
                    for s, name in enumerate(SPLITS)}
-            warm_query = draws[trial_of[m]][0].query
+            warm_query = draws[run.trial_of[m]][0].query
             results.append(TrialResult(
-                session_ndcg=session_ndcg[m], session_split=split, session_query=main.query, eval_points=points,
-                eval_history=history[m], cum_ndcg=cum, train_info=train_info[m],
-                timings={**timings, "members": n_real}, final_states=tuple(member(s, m) for s in final_states),
-                logs=logs[m] if keep_logs else None,
-                query_ndcg={k: v[m] for k, v in per_query.items()},
-                warmup_query=warm_query if warm_policy is not None else warm_query[:0],
-                final_params=member(jax.device_get(params), m), hyper=member(jax.device_get(hyper), m)))
+                session_ndcg=run.session_ndcg[m], session_split=split, session_query=main.query,
+                eval_points=run.points, eval_history=run.history[m], cum_ndcg=cum, train_info=run.train_info[m],
+                timings={**run.timings, "members": n_real}, final_states=tuple(member(s, m) for s in final_states),
+                logs=run.logs[m] if run.logs is not None else None,
+                query_ndcg={k: v[m] for k, v in run.per_query.items()},
+                warmup_query=warm_query if self.warmup_policy is not None else warm_query[:0],
+                final_params=member(jax.device_get(params), m), hyper=member(jax.device_get(run.hyper), m)))
         return results

@@ -17,13 +17,9 @@ A run (``ltrjax.runner``) writes to its output directory:
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 
-from ltrjax.data.queryset import TEST
-from ltrjax.online.simulator import Simulator, TrialResult
-from ltrjax.online.state import entered_mask, to_dataset_order
 from ltrjax.report import analysis, plots, stats
 from ltrjax.report.tables import exploitation_ratio_markdown, metric_labels, online_table_markdown, trials_phrase
 from ltrjax.report.results import atomic_write
@@ -36,53 +32,10 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-# --------------------------------------------------------------------------- per-trial measurements
-def perfect_click_rates(sim: Simulator, result: TrialResult, n_bins: int) -> dict:
-    """Click rate of perfect documents (label = y_max) by entry time (UCBRank Fig. 1), all splits."""
-    clicks, entry, doc_query, perfect, entered = [], [], [], [], []
-    for bucket, state in zip(sim.data.buckets, result.final_states):
-        mask = np.asarray(bucket.doc_mask)
-        entered.append(np.asarray(entered_mask(state))[mask])  # entry -1 means initial only for entered docs
-        clicks.append(np.asarray(to_dataset_order(state.counters.clicks, state))[mask])
-        entry.append(np.asarray(to_dataset_order(state.entry_session, state))[mask])
-        doc_query.append(np.broadcast_to(np.asarray(bucket.query_index)[:, None], mask.shape)[mask])
-        perfect.append((np.asarray(bucket.labels) == sim.data.y_max)[mask])
-    clicks, entry, doc_query, perfect, entered = (np.concatenate(x) for x in (clicks, entry, doc_query, perfect,
-                                                                             entered))
-    warm_queries = np.asarray(result.warmup_query, np.int64)
-    session_query = np.concatenate([warm_queries, np.asarray(result.session_query, np.int64)])
-    n_warm = warm_queries.size
-    candidates = analysis.candidate_sessions(session_query, entry, doc_query, entered=entered)
-    return analysis.click_rate_by_entry(clicks, candidates, entry, perfect, first_main_session=n_warm,
-                                        n_main_sessions=len(result.session_query), n_bins=n_bins, entered=entered)
-
-
-def exploitation_ratios(policy, params) -> dict | None:
-    """{"behaviour": |w_b| / sum |w|, "max_nonbehaviour": max_j |w_j| / sum |w|} of a linear model that
-    sees the behaviour feature last (EBRank Table 4, Eq. 29), else None."""
-    weights_of = getattr(policy, "linear_weights", None)
-    weights = weights_of(params) if weights_of is not None else None
-    if weights is None:
-        return None
-    ratios = analysis.exploitation_ratios(np.asarray(weights, np.float64), behaviour_index=-1)
-    return {k: float(v) for k, v in ratios.items()}
-
-
-def save_units(path: Path, sim: Simulator, result: TrialResult) -> None:
-    """The paired units of the significance tests of one trial."""
-    test_queries = np.flatnonzero(sim.data.split_of_query == TEST)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez_compressed(tmp, query=test_queries, query_warm=result.query_ndcg["warm"][test_queries],
-                        query_cold=result.query_ndcg["cold"][test_queries],
-                        session_ndcg=result.session_ndcg[result.session_split == TEST])
-    tmp.replace(path)
-
-
 # --------------------------------------------------------------------------- the reports
 def run_labels(run) -> dict[str, str]:
-    """The metric names of ``run`` at its ``sim.top_k``."""
-    return metric_labels(run.sim.config.top_k)
+    """The metric names of ``run`` at the ``sim.top_k`` its results header records."""
+    return metric_labels(run.writer.header["sim"]["top_k"])
 
 
 def _value_text(value) -> str:
@@ -131,7 +84,7 @@ def write_simple_report(run, title: str, wall: float) -> str:
 def paired_units(run, names: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """Per metric and row: the paired units over the trials every row finished."""
     trials = sorted(set.intersection(*({t["seed"] for t in run.writer.algorithms[n]["trials"]} for n in names)))
-    gamma = run.sim.config.gamma
+    gamma = run.writer.header["sim"]["gamma"]
     units: dict[str, dict[str, np.ndarray]] = {m: {} for m in METRICS}
     for name in names:
         warm, cold, cum = [], [], []

@@ -1,5 +1,5 @@
 """Results files of an online run: ``results.json`` rewritten atomically after every finished trial (through
-``ltrjax.report.record``, the one reader/writer of results files), ``results.md``."""
+``ltrjax.record``, the one reader/writer of results files), ``results.md``."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from ltrjax.report.record import RESULTS, atomic_write, differences, jsonable, read_results, refusal, write_results
+from ltrjax.record import (RESULTS, atomic_write, differences, jsonable, protocol_of, read_results, refusal,
+                           write_results)
 
 __all__ = ["ResultsWriter", "atomic_write", "same_protocol"]
 
 
 def same_protocol(key: str, a: Any, b: Any) -> bool:
     """Whether two results headers' ``key`` values describe the same protocol: ``sim`` blocks are compared
-    without the keys that change only what is evaluated along the way (``simulator.REPORTING_KEYS``)."""
+    without the keys that change only what is evaluated along the way (``ltrjax.record.REPORTING_KEYS``)."""
     if key == "sim":
-        from ltrjax.online.simulator import protocol_of  # JAX only where a sim block is compared
-
         return protocol_of(a) == protocol_of(b)
     return a == b
 
@@ -52,8 +51,6 @@ class ResultsWriter:
             if key in old and not same_protocol(key, jsonable(self.header.get(key)), old[key]):
                 mine = jsonable(self.header.get(key))
                 if key == "sim":
-                    from ltrjax.online.simulator import protocol_of
-
                     diffs += differences({"sim": protocol_of(old[key])}, {"sim": protocol_of(mine)})
                 else:
                     diffs += differences({key: old[key]}, {key: mine})

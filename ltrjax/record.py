@@ -35,7 +35,7 @@ class RunFolderError(ValueError):
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
     """The commit of the checkout ``ltrjax`` is imported from (``+dirty`` with uncommitted changes), else None."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     if not (root / ".git").exists():
         return None
     try:
@@ -82,6 +82,22 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class NotResultsFile(ValueError):
+    """A results.json that is not valid JSON or not a JSON object; the message says which."""
+
+
+def load_results(path: Path) -> dict:
+    """The JSON object in the results file ``path``: the one reader of results.json (runs resuming, ``collect``).
+    Raises ``NotResultsFile`` for a file that is not a results file, ``OSError`` for one that cannot be read."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise NotResultsFile(f"not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise NotResultsFile("not a results file (a JSON object)")
+    return data
+
+
 def read_results(out_dir: Path) -> dict | None:
     """``OUT_DIR/results.json`` as a dict, or None when there is none; ``RunFolderError`` when it is not a JSON
     object."""
@@ -89,14 +105,10 @@ def read_results(out_dir: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunFolderError(f"{path} is not valid JSON ({err}); move it away to start afresh, or run into another "
-                             f"folder (hydra.run.dir=...)") from None
-    if not isinstance(data, dict):
-        raise RunFolderError(f"{path} is not a results file (a JSON object); move it away or run into another folder "
-                             f"(hydra.run.dir=...)")
-    return data
+        return load_results(path)
+    except NotResultsFile as err:
+        raise RunFolderError(f"{path} is {err}; move it away to start afresh, or run into another folder "
+                             f"(hydra.run.dir=...)") from None
 
 
 def write_results(out_dir: Path, data: dict) -> Path:
@@ -124,6 +136,16 @@ ONLINE_KINDS = ("online", "online_table", "ucbrank_table")
 
 
 # --------------------------------------------------------------------------- comparing settings
+# sim keys (``ltrjax.online.simulator.SimConfig``) that change only what is evaluated along the way, not the
+# simulated sessions: results that differ only in them are the same protocol (a resumed run, compare_runs.py)
+REPORTING_KEYS = ("history_splits",)
+
+
+def protocol_of(sim: dict | None) -> dict | None:
+    """A results header's ``sim`` block without its ``REPORTING_KEYS``."""
+    return None if sim is None else {k: v for k, v in sim.items() if k not in REPORTING_KEYS}
+
+
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """A nested mapping as {dotted key: leaf}; lists are leaves."""
     if isinstance(value, dict) and value:
