@@ -58,7 +58,7 @@ def main(argv=None):
     res = {"dataset": args.dataset, "overrides": args.overrides, "smoke": args.smoke, "cpu_count": os.cpu_count(),
            "devices": [str(d) for d in jax.devices()]}
     t0 = time.perf_counter()
-    qs = load_queryset(cfg, exp)
+    qs = load_queryset(cfg.dataset, exp.seed, cfg.data.cache_dir)
     res["load_seconds"] = time.perf_counter() - t0
     res["n_queries"], res["n_docs"] = int(qs.n_queries), int(qs.n_docs)
     t0 = time.perf_counter()

@@ -177,7 +177,7 @@ def main(argv=None):
     estimators = args.estimators.split(",") if args.estimators else spec["estimators"]
     out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_sweeps_{args.dataset}{'_smoke' if args.smoke else ''}")
     out.mkdir(parents=True, exist_ok=True)
-    qs = load_queryset(cfg, base)
+    qs = load_queryset(cfg.dataset, base.seed, cfg.data.cache_dir)
     from tqdm import tqdm
 
     trials = [prepare_trial(qs, base, int(base.seed) + t) for t in tqdm(range(args.trials), desc="prepare")]

@@ -53,6 +53,8 @@ def experiment_config(cfg) -> OfflineConfig:
     plain experiment mapping; the run-level keys it leaves null come from the top level of ``cfg``."""
     if isinstance(cfg, OfflineConfig):
         return cfg.resolved()
+    if isinstance(getattr(cfg, "experiment", None), OfflineConfig):  # a typed run (ltrjax.schema.ResolvedRun)
+        return cfg.experiment
     top = {}
     if hasattr(cfg, "get") and cfg.get("experiment") is not None:
         top = {k: cfg.get(k) for k in TOP_LEVEL}
@@ -387,24 +389,22 @@ def _jsonable(x):
     return x
 
 
-def load_queryset(cfg, exp: OfflineConfig):
-    """The dataset of ``cfg.dataset`` (registry mapping) with every query kept (``min_docs: 0``); the run's
-    validated config always names one (``ltrjax.schema.validate`` fills in the synthetic default)."""
+def load_queryset(dataset, seed: int, cache_dir: str | None = None):
+    """The dataset of registry mapping ``dataset`` (a run's ``dataset`` block: ``ltrjax.schema.resolve`` fills in
+    the synthetic default) with every query kept (``min_docs: 0``); ``cache_dir``: ``data.cache_dir``."""
     from ltrjax.data.registry import load_dataset
 
-    ds = cfg.get("dataset") if hasattr(cfg, "get") else None
-    if ds is None:
+    if dataset is None:
         raise ValueError("no dataset: pass a queryset, or a run config with a dataset block (python -m ltrjax.run "
-                         "+dataset=NAME; ltrjax.schema.validate fills in the synthetic default)")
+                         "+dataset=NAME; ltrjax.schema.resolve fills in the synthetic default)")
     try:
         from omegaconf import OmegaConf
 
-        ds = OmegaConf.to_container(ds, resolve=True) if OmegaConf.is_config(ds) else dict(ds)
+        ds = OmegaConf.to_container(dataset, resolve=True) if OmegaConf.is_config(dataset) else dict(dataset)
     except ImportError:  # pragma: no cover
-        ds = dict(ds)
+        ds = dict(dataset)
     ds["min_docs"] = 0
-    data = (cfg.get("data") if hasattr(cfg, "get") else None) or {}
-    return load_dataset(ds, seed=int(exp.seed), cache_dir=data.get("cache_dir") or None)
+    return load_dataset(ds, seed=int(seed), cache_dir=cache_dir or None)
 
 
 RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
@@ -481,7 +481,7 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
     exp = experiment_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else load_queryset(cfg, exp)
+    qs = queryset if queryset is not None else load_queryset(cfg.dataset, exp.seed, cfg.data.cache_dir)
     trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
     click_log = None
     if exp.click_log:
