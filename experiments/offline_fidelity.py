@@ -34,8 +34,7 @@ def main(argv=None) -> dict:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     from ltrjax.offline.fidelity_experiment import run_fidelity
-    cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml"),
-                            "data": {"cache_dir": None}})  # the parsed-LETOR cache: $LTRJAX_CACHE or ~/.cache/ltrjax
+    cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None
     if args.smoke:
         from ltrjax.offline.toy import toy_queryset

@@ -32,7 +32,6 @@ def compose(dataset: str, overrides: list[str]):
     cfg = OmegaConf.create({
         "dataset": OmegaConf.load(ROOT / "conf" / "dataset" / f"{dataset}.yaml"),
         "experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline.yaml"),
-        "data": {"cache_dir": None},  # the parsed-LETOR cache: $LTRJAX_CACHE or ~/.cache/ltrjax
     })
     return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
 

@@ -15,6 +15,7 @@ import json
 import pathlib
 import time
 import types
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -389,7 +390,18 @@ def _jsonable(x):
     return x
 
 
-def load_queryset(dataset, seed: int, cache_dir: str | None = None):
+def run_dataset(cfg) -> tuple[Mapping | None, str | None]:
+    """(``dataset`` block, ``data.cache_dir``) of ``run_offline``'s ``cfg``: read from a typed run
+    (``ltrjax.schema.ResolvedRun``); a run config given as a mapping or ``DictConfig`` (the Python API, scripts)
+    is read once here, and an experiment config alone has neither (None, None)."""
+    if isinstance(cfg, Mapping):  # a DictConfig is a Mapping too
+        data = cfg["data"] if "data" in cfg and cfg["data"] is not None else {}
+        return (cfg["dataset"] if "dataset" in cfg else None), (data["cache_dir"] if "cache_dir" in data else None)
+    data = cfg.data if hasattr(cfg, "data") else None
+    return (cfg.dataset if hasattr(cfg, "dataset") else None), (data.cache_dir if data is not None else None)
+
+
+def load_queryset(dataset, cache_dir: str | None = None, *, seed: int):
     """The dataset of registry mapping ``dataset`` (a run's ``dataset`` block: ``ltrjax.schema.resolve`` fills in
     the synthetic default) with every query kept (``min_docs: 0``); ``cache_dir``: ``data.cache_dir``."""
     from ltrjax.data.registry import load_dataset
@@ -481,7 +493,7 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
     exp = experiment_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else load_queryset(cfg.dataset, exp.seed, cfg.data.cache_dir)
+    qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=exp.seed)
     trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
     click_log = None
     if exp.click_log:

@@ -510,7 +510,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     fx = fidelity_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else E.load_queryset(cfg.dataset, fx.seed, cfg.data.cache_dir)
+    qs = queryset if queryset is not None else E.load_queryset(*E.run_dataset(cfg), seed=fx.seed)
     check_experiment(out_dir, "offline_fidelity", as_mapping(fx), RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     vec_reason = vectorization_untestable(qs)
