@@ -489,7 +489,8 @@ def protocol_line(exp: OfflineConfig, infos: list[dict]) -> str:
 
 
 def run_offline(cfg, out_dir, queryset=None) -> dict:
-    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md."""
+    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md. ``cfg`` is the
+    typed run (``ltrjax.schema.resolve``), an ``OfflineConfig``, or a run or experiment mapping."""
     exp = experiment_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
