@@ -715,6 +715,8 @@ def write_resolved_config(cfg, out_dir) -> pathlib.Path:
 def _store(group: str, name: str, node) -> None:
     from hydra.core.config_store import ConfigStore
 
+    if isinstance(node, type) and dataclasses.is_dataclass(node):  # typed, but without the read-only flags of a
+        node = _writable(OmegaConf.structured(node))  # frozen dataclass, so that a config may set its values
     ConfigStore.instance().store(group=group, name=name, node=node)
 
 

@@ -103,3 +103,13 @@ def test_the_scan_finds_what_it_looks_for():
     code = ("def f(cfg, run, results, options):\n    cfg.get('tune', True)\n    run.experiment.get('only')\n"
             "    options.get('x', 1)\n    results.get('y', 1)\n")
     assert len(config_reads(ast.parse(code))) == 3
+
+
+def test_a_config_of_your_own_extends_the_frozen_schemas(tmp_path):
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - /schema/sim@sim\n  - /schema/population@population\n"
+                                        "  - _self_\nsim:\n  top_k: 3\npopulation:\n  max_members: 4\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        cfg = compose("mine", overrides=["population.memory_gb=2"])
+        assert (cfg.sim.top_k, cfg.population.max_members, cfg.population.memory_gb) == (3, 4, 2.0)
+        with pytest.raises(Exception, match="population.memory_gb"):
+            compose("mine", overrides=["population.memory_gb=lots"])  # still typed
