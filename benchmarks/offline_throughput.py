@@ -47,7 +47,7 @@ def main(argv=None):
     from ltrjax.clicks import make_click_model
     from ltrjax.compile_cache import enable_compilation_cache
     from ltrjax.offline.config import override
-    from ltrjax.offline.experiment import (experiment_config, load_queryset,
+    from ltrjax.offline.experiment import (experiment_config, load_queryset, run_dataset,
                                            prepare_trial, run_setting)
     from ltrjax.offline.logging import log_click_stats, log_sessions, reference_session_clicks
 
@@ -58,7 +58,7 @@ def main(argv=None):
     res = {"dataset": args.dataset, "overrides": args.overrides, "smoke": args.smoke, "cpu_count": os.cpu_count(),
            "devices": [str(d) for d in jax.devices()]}
     t0 = time.perf_counter()
-    qs = load_queryset(cfg, exp)
+    qs = load_queryset(*run_dataset(cfg), seed=exp.seed)
     res["load_seconds"] = time.perf_counter() - t0
     res["n_queries"], res["n_docs"] = int(qs.n_queries), int(qs.n_docs)
     t0 = time.perf_counter()

@@ -167,8 +167,8 @@ def main(argv=None):
     args.trials = args.trials or 5
 
     from ltrjax.offline.config import as_mapping, override
-    from ltrjax.offline.experiment import (_jsonable, experiment_config, load_queryset, prepare_trial, run_setting,
-                                           summarize)
+    from ltrjax.offline.experiment import (_jsonable, experiment_config, load_queryset, prepare_trial, run_dataset,
+                                           run_setting, summarize)
 
     spec = SWEEPS[args.sweep]
     cfg = compose(args.dataset, args.overrides)
@@ -177,7 +177,7 @@ def main(argv=None):
     estimators = args.estimators.split(",") if args.estimators else spec["estimators"]
     out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_sweeps_{args.dataset}{'_smoke' if args.smoke else ''}")
     out.mkdir(parents=True, exist_ok=True)
-    qs = load_queryset(cfg, base)
+    qs = load_queryset(*run_dataset(cfg), seed=base.seed)
     from tqdm import tqdm
 
     trials = [prepare_trial(qs, base, int(base.seed) + t) for t in tqdm(range(args.trials), desc="prepare")]

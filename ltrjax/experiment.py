@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ltrjax.schema import validate, write_resolved_config
+from ltrjax.schema import ResolvedRun, resolve, write_resolved_config
 
 log = logging.getLogger("ltrjax")
 
@@ -34,32 +34,32 @@ def enable_compilation_cache(cfg: DictConfig) -> None:
     enable(default_cache_dir(cache_dir(cfg)))
 
 
-def check_run_folder(cfg: DictConfig, out_dir: Path) -> None:
+def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
     """Refuse (``RunFolderError``) a run folder whose results.json another kind of experiment wrote, or whose
     finished rows (online) or experiment (offline, fidelity) were made with other settings; before any data is
     loaded. ``experiment.resume=false`` (online) starts the rows afresh, so only the kind is checked."""
     from ltrjax.offline.config import as_mapping
     from ltrjax import record
 
-    kind = str(cfg.experiment.kind)
+    kind = run.kind
     if kind in record.ONLINE_KINDS:
         from ltrjax.runner import row_settings
 
-        if not bool(cfg.experiment.get("resume", True)):
+        if not run.experiment.resume:
             record.check_kind(out_dir, record.read_results(out_dir), kind)
             return
-        record.check_rows(out_dir, kind, {key: row_settings(cfg, key) for key in cfg.algorithms})
+        record.check_rows(out_dir, kind, {key: row_settings(run, key) for key in run.algorithms})
     elif kind == "offline_fidelity":
-        from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES, fidelity_config
+        from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES
 
-        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(fidelity_config(cfg))), FIDELITY_IGNORES)
+        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), FIDELITY_IGNORES)
     else:
-        from ltrjax.offline.experiment import RESUME_IGNORES, experiment_config
+        from ltrjax.offline.experiment import RESUME_IGNORES
 
-        old = record.check_experiment(out_dir, kind, record.jsonable(as_mapping(experiment_config(cfg))), RESUME_IGNORES)
+        old = record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), RESUME_IGNORES)
         saved = ((old or {}).get("record") or {}).get("dataset")
         if saved is not None:
-            diffs = record.differences({"dataset": saved}, {"dataset": OmegaConf.to_container(cfg.dataset)})
+            diffs = record.differences({"dataset": saved}, {"dataset": run.dataset})
             if diffs:
                 raise record.refusal(out_dir / record.RESULTS, "the results of an experiment", diffs)
 
@@ -74,29 +74,29 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
     from ltrjax.data.registry import load_dataset
     from ltrjax.record import hold_run_folder
 
-    cfg = validate(cfg, overrides, cwd=cwd or Path.cwd())
+    run = resolve(cfg, overrides, cwd=cwd or Path.cwd())
     out_dir = Path(out_dir)
     with hold_run_folder(out_dir):
-        check_run_folder(cfg, out_dir)
+        check_run_folder(run, out_dir)
 
-        def accepted(final_cfg=cfg) -> None:
-            write_resolved_config(final_cfg, out_dir)
+        def accepted(final_run=run) -> None:
+            write_resolved_config(final_run, out_dir)
             if on_accepted is not None:
                 on_accepted()
 
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
-        enable_compilation_cache(cfg)
-        kind = cfg.experiment.kind
+        enable_compilation_cache(run.to_config())
+        kind = run.kind
         if kind in ("online", "online_table"):
             from ltrjax.runner import run_online
 
-            queryset = load_dataset(cfg.dataset, seed=cfg.seed, cache_dir=cache_dir(cfg))
-            return run_online(cfg, out_dir, queryset, on_accepted=accepted)
+            queryset = load_dataset(run.dataset, seed=run.seed, cache_dir=run.data.cache_dir or None)
+            return run_online(run, out_dir, queryset, on_accepted=accepted)
         accepted()
         if kind == "offline_fidelity":  # Vectorization / PRS fidelity (docs/fidelity.md)
             from ltrjax.offline.fidelity_experiment import run_fidelity
 
-            return run_fidelity(cfg, out_dir)
+            return run_fidelity(run, out_dir)
         from ltrjax.offline.experiment import run_offline
 
-        return run_offline(cfg, out_dir)
+        return run_offline(run, out_dir)

@@ -292,7 +292,8 @@ def experiment_record(kind: str, cfg) -> dict:
     of ``cfg`` (None when the run names none)."""
     from omegaconf import OmegaConf
 
-    dataset = cfg.get("dataset") if hasattr(cfg, "get") else None
+    # a run config (DictConfig or mapping), a typed run (ltrjax.schema.ResolvedRun) or an experiment config alone
+    dataset = cfg.get("dataset") if hasattr(cfg, "get") else getattr(cfg, "dataset", None)
     if OmegaConf.is_config(dataset):
         dataset = OmegaConf.to_container(dataset, resolve=True)
     return {**run_record(kind), "dataset": jsonable(dataset)}

@@ -12,6 +12,7 @@ Hydra sweeper tunes honestly.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import logging
@@ -20,7 +21,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from ltrjax.clicks import make_click_model
@@ -28,14 +28,15 @@ from ltrjax.data.checks import check_list_width
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.simulator import SimConfig, Simulator, TrialResult
+from ltrjax.online.simulator import Simulator, TrialResult
 from ltrjax.measure import exploitation_ratios, perfect_click_rates, save_units
 from ltrjax.report.online_report import METRICS, safe_name, write_report, write_simple_report
 from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
 from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
-from ltrjax.schema import RESOLVED_CONFIG, algorithm_options, fit_override, policy_class, write_resolved_config  # noqa: F401
+from ltrjax.schema import (RESOLVED_CONFIG, ResolvedRun, algorithm_options, as_run, fit_override,  # noqa: F401
+                           policy_class, write_resolved_config)
 from ltrjax.saved import feature_spec, model_path, save_model
 
 log = logging.getLogger("ltrjax")
@@ -62,8 +63,10 @@ SETTING_SUFFIXES = ("_wo_behav", "_concat", "_ie")
 
 def result_name(key: str, acfg) -> str:
     """``ALGORITHM@SETTING`` for algorithms with a feature setting (``cftopk_concat`` -> ``cftopk@concat``,
-    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key."""
-    setting = acfg.get("setting") if hasattr(acfg, "get") else None
+    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key.
+    ``acfg`` is the algorithm's mapping (``ResolvedRun.algorithms[key]``: ``setting`` is there iff the policy's
+    constructor takes one)."""
+    setting = acfg["setting"] if "setting" in acfg else None
     if not setting:
         return key
     base = key
@@ -103,7 +106,7 @@ def fit_passes_per_retrain(train_info: list[dict]) -> float | None:
     return float(np.median(passes)) if passes else None
 
 
-def make_policy(name: str, acfg: DictConfig, data, fit_overrides: dict | None = None, key: str | None = None):
+def make_policy(name: str, acfg, data, fit_overrides: dict | None = None, key: str | None = None):
     """The policy of algorithm config ``acfg`` (result name ``name``, config key ``key``) and its tune grid.
 
     The options are checked against the ``_target_`` class's constructor and ``Hyper`` (``ltrjax.schema``: an
@@ -116,19 +119,19 @@ def make_policy(name: str, acfg: DictConfig, data, fit_overrides: dict | None = 
     return policy, tune
 
 
-def bm25_fallback(cfg: DictConfig, data) -> DictConfig:
-    """``cfg`` for data without a BM25 column (``dataset.bm25_feature`` null): every BM25 row (a ``BM25`` algorithm
+def bm25_fallback(run: ResolvedRun, data) -> ResolvedRun:
+    """``run`` for data without a BM25 column (``dataset.bm25_feature`` null): every BM25 row (a ``BM25`` algorithm
     without ``feature``) ranks by ``dataset.warmup_feature`` instead, renamed ``feature_ID``, or is left out when
     that is null too; ``experiment.only``, ``objective``, ``click_rate_algorithms`` and ``eta_sweep.algorithms``
     follow. The warm-up (``build_simulator``) uses the same feature, or is skipped. Logs a warning naming
     ``dataset.bm25_feature``."""
+    run = as_run(run)
     if data.bm25_column >= 0:
-        return cfg
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    feature = (plain.get("dataset") or {}).get("warmup_feature")
-    algorithms = plain.get("algorithms") or {}
-    rows = [k for k, a in algorithms.items()
-            if policy_class(str(a.get("_target_"))) is BM25 and a.get("feature") is None]
+        return run
+    feature = run.dataset["warmup_feature"]
+    algorithms = run.algorithms
+    rows = [k for k, a in algorithms.items()  # BM25 rows that set no feature (an option not written is not there)
+            if policy_class(str(a["_target_"])) is BM25 and ("feature" not in a or a["feature"] is None)]
     new_key = {k: (None if feature is None else (f"feature_{feature}" if len(rows) == 1 else f"{k}_feature_{feature}"))
                for k in rows}
     if feature is None:
@@ -140,55 +143,59 @@ def bm25_fallback(cfg: DictConfig, data) -> DictConfig:
                     "(dataset.warmup_feature) ranks the warm-up sessions%s", data.name, feature,
                     f" and replaces the rows {rows} (now {list(new_key.values())})" if rows else "")
     if not rows:
-        return OmegaConf.create(plain)
-    plain["algorithms"] = {new_key.get(k, k): ({**a, "feature": feature} if k in new_key else a)
-                           for k, a in algorithms.items() if new_key.get(k, k) is not None}
-    if not plain["algorithms"]:
+        return run
+    kept = {new_key.get(k, k): ({**a, "feature": feature} if k in new_key else a)
+            for k, a in algorithms.items() if new_key.get(k, k) is not None}
+    if not kept:
         raise ConfigError("dataset.bm25_feature", None, "the only algorithm of this run is BM25 and the data has no "
                           "BM25 feature; set dataset.warmup_feature=ID to rank by another feature", show_value=False)
-    exp = plain.get("experiment") or {}
+    exp = run.experiment
+    names = {f.name for f in dataclasses.fields(exp)}
 
     def follow(keys):
         return None if keys is None else [new_key.get(k, k) for k in keys if new_key.get(k, k) is not None]
 
+    changes = {}
     for field in ("only", "click_rate_algorithms"):
-        if exp.get(field) is not None:
-            kept = follow(exp[field])
-            if exp[field] and not kept:
-                raise ConfigError(f"experiment.{field}", exp[field], "names only BM25 rows, but the data has no BM25 "
+        keys = getattr(exp, field) if field in names else None
+        if keys is not None:
+            changes[field] = follow(keys)
+            if keys and not changes[field]:
+                raise ConfigError(f"experiment.{field}", keys, "names only BM25 rows, but the data has no BM25 "
                                   "feature (dataset.bm25_feature is null); set dataset.warmup_feature=ID to rank by "
                                   "another feature instead")
-            exp[field] = kept
-    if exp.get("objective") in new_key:
-        exp["objective"] = new_key[exp["objective"]]
-    if isinstance(exp.get("eta_sweep"), dict) and exp["eta_sweep"].get("algorithms") is not None:
-        exp["eta_sweep"]["algorithms"] = follow(exp["eta_sweep"]["algorithms"])
-    return OmegaConf.create(plain)
+    if exp.objective in new_key:
+        changes["objective"] = new_key[exp.objective]
+    sweep = exp.eta_sweep if "eta_sweep" in names else None
+    if sweep is not None and sweep.algorithms is not None:
+        changes["eta_sweep"] = dataclasses.replace(sweep, algorithms=follow(sweep.algorithms))
+    return run.replace(algorithms=kept, experiment=dataclasses.replace(exp, **changes))
 
 
-def padded_data(cfg: DictConfig, queryset: QuerySet):
-    check_list_width(int(queryset.docs_per_query.max(initial=0)), int(cfg.sim.top_k), queryset.name)
-    return pad_and_bucket(queryset, int(cfg.layout.n_buckets), merge_tolerance=float(cfg.layout.merge_tolerance),
-                          single_bucket_cells=int(cfg.layout.single_bucket_cells), min_width=int(cfg.sim.top_k))
+def padded_data(run: ResolvedRun, queryset: QuerySet):
+    """``queryset`` padded into ``run.layout``'s size buckets, at least ``run.sim.top_k`` wide."""
+    check_list_width(int(queryset.docs_per_query.max(initial=0)), run.sim.top_k, queryset.name)
+    return pad_and_bucket(queryset, run.layout.n_buckets, merge_tolerance=run.layout.merge_tolerance,
+                          single_bucket_cells=run.layout.single_bucket_cells, min_width=run.sim.top_k)
 
 
-def build_simulator(cfg: DictConfig, data, **sim_overrides) -> Simulator:
-    """The simulator of ``cfg.sim`` / ``cfg.click_model`` (BM25 warm-up when the data has a BM25 column)."""
-    sim_cfg = SimConfig.from_mapping({**OmegaConf.to_container(cfg.sim, resolve=True), **sim_overrides})
-    click_model = make_click_model(OmegaConf.to_container(cfg.click_model, resolve=True), sim_cfg.top_k,
-                                   y_max=data.y_max)
-    feature = (cfg.get("dataset") or {}).get("warmup_feature")
+def build_simulator(run: ResolvedRun, data, **sim_overrides) -> Simulator:
+    """The simulator of ``run.sim`` (with ``sim_overrides``) and ``run.click_model`` (BM25 warm-up when the data has
+    a BM25 column, else ``dataset.warmup_feature``'s ranking, else none)."""
+    run = as_run(run)
+    sim_cfg = dataclasses.replace(run.sim, **sim_overrides) if sim_overrides else run.sim
+    click_model = make_click_model(dict(run.click_model), sim_cfg.top_k, y_max=data.y_max)
+    feature = run.dataset["warmup_feature"]
     warmup = BM25(data) if data.bm25_column >= 0 else (BM25(data, feature=int(feature)) if feature else None)
     if warmup is None and sim_cfg.warmup_sessions_per_query:
         log.info("dataset %s has no BM25 feature (dataset.bm25_feature) and no dataset.warmup_feature: the warm-up "
                  "phase is skipped", data.name)
-    pop = cfg.get("population") or {}
-    budget_gb = pop.get("memory_gb")
-    return Simulator(data, click_model, sim_cfg, warmup_policy=warmup, max_members=pop.get("max_members"),
+    budget_gb = run.population.memory_gb
+    return Simulator(data, click_model, sim_cfg, warmup_policy=warmup, max_members=run.population.max_members,
                      memory_budget=int(float(budget_gb) * (1 << 30)) if budget_gb else None)
 
 
-def run_header(cfg: DictConfig, sim: Simulator, queryset: QuerySet | None) -> dict:
+def run_header(run: ResolvedRun, sim: Simulator, queryset: QuerySet | None) -> dict:
     data = sim.data
     n_warm, n_main = sim.session_counts()
     return {
@@ -198,9 +205,9 @@ def run_header(cfg: DictConfig, sim: Simulator, queryset: QuerySet | None) -> di
         "queries": data.n_queries,
         "queries_per_split": {s: int(np.sum(data.split_of_query == i)) for i, s in enumerate(("train", "vali", "test"))},
         "data_info": queryset.info if queryset is not None else None,
-        "trials": int(cfg.trials),
-        "seed": int(cfg.seed),
-        "click_model": OmegaConf.to_container(cfg.click_model, resolve=True),
+        "trials": run.trials,
+        "seed": run.seed,
+        "click_model": dict(run.click_model),
         "sim": dataclasses.asdict(sim.config),
         "buckets": [list(b.labels.shape) for b in data.buckets],
     }
@@ -209,26 +216,23 @@ def run_header(cfg: DictConfig, sim: Simulator, queryset: QuerySet | None) -> di
 ROW_EXPERIMENT_KEYS = ("kind", "tune", "tune_split", "curve_points", "entry_bins")  # what shapes a row's records
 
 
-def row_settings(cfg: DictConfig, key: str, **sim_overrides) -> dict:
-    """The fully resolved settings that make row ``key`` of ``cfg.algorithms`` (``validate``'s config): the
+def row_settings(run: ResolvedRun, key: str, **sim_overrides) -> dict:
+    """The fully resolved settings that make row ``key`` of ``run.algorithms`` (``resolve``'s run): the
     algorithm's options and ``_target_`` (its ``fit`` with ``fit_overrides`` applied), the click model, the
-    protocol (``cfg.sim`` with ``sim_overrides``, without the reporting-only keys), the dataset, the seed and the
+    protocol (``run.sim`` with ``sim_overrides``, without the reporting-only keys), the dataset, the seed and the
     experiment keys that shape a trial's record. Stored with the row in results.json; a rerun resumes the row only
     when these are identical (``ltrjax.record``). Trials, progress, caches and memory settings are not part
     of it: they do not change a trial."""
-    def plain(node):
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-    sim = {**plain(cfg.sim), **sim_overrides}
-    experiment = plain(cfg.experiment)
-    return {"key": key, "experiment": {k: experiment.get(k) for k in ROW_EXPERIMENT_KEYS},
-            "algorithm": plain(cfg.algorithms[key]), "click_model": plain(cfg.click_model),
-            "sim": protocol_of(sim), "dataset": plain(cfg.get("dataset")), "seed": int(cfg.seed)}
+    run = as_run(run)
+    sim = {**dataclasses.asdict(run.sim), **sim_overrides}
+    return {"key": key, "experiment": {k: getattr(run.experiment, k) for k in ROW_EXPERIMENT_KEYS},
+            "algorithm": copy.deepcopy(run.algorithms[key]), "click_model": dict(run.click_model),
+            "sim": protocol_of(sim), "dataset": copy.deepcopy(run.dataset), "seed": run.seed}
 
 
-def trial_key(cfg: DictConfig, trial: int) -> jax.Array:
+def trial_key(run: ResolvedRun, trial: int) -> jax.Array:
     """Trial t of every algorithm uses the same key: algorithms share their session and click draws."""
-    return jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), trial)
+    return jax.random.fold_in(jax.random.PRNGKey(int(run.seed)), trial)
 
 
 def grid_label(values: dict) -> str:
@@ -268,22 +272,22 @@ def member_identity(cls: type, kwargs: dict, trial: int, values: dict) -> tuple:
 class OnlineRun:
     """Runs (or resumes) every algorithm x trial of one protocol into one output directory."""
 
-    def __init__(self, cfg: DictConfig, out_dir: Path, sim: Simulator, header: dict, algorithms: dict,
+    def __init__(self, run: ResolvedRun, out_dir: Path, sim: Simulator, header: dict, algorithms: dict,
                  trials: int, label: str, queryset: QuerySet | None = None, sim_overrides: dict | None = None):
-        self.cfg, self.out_dir, self.sim, self.trials, self.label = cfg, Path(out_dir), sim, int(trials), label
+        self.cfg, self.out_dir, self.sim, self.trials, self.label = run, Path(out_dir), sim, int(trials), label
         self.algorithms = algorithms
         self.queryset = queryset  # with it, every trial's final parameters go to out_dir/models/ (ltrjax.saved)
-        self.save_click_logs = bool(cfg.get("save_click_logs", False)) and queryset is not None
-        ecfg = cfg.experiment
-        self.tune = bool(ecfg.get("tune", True))
-        self.tune_split = str(ecfg.get("tune_split", "vali"))
-        self.n_points = int(ecfg.get("curve_points", 100))
-        self.entry_bins = int(ecfg.get("entry_bins", 10))
-        self.progress = bool(cfg.get("progress", True))
-        settings = {result_name(k, a): row_settings(cfg, k, **(sim_overrides or {})) for k, a in algorithms.items()}
-        header = {**header, "record": run_record(str(ecfg.kind))}
+        self.save_click_logs = run.save_click_logs and queryset is not None
+        ecfg = run.experiment
+        self.tune = ecfg.tune
+        self.tune_split = ecfg.tune_split
+        self.n_points = ecfg.curve_points
+        self.entry_bins = ecfg.entry_bins
+        self.progress = run.progress
+        settings = {result_name(k, a): row_settings(run, k, **(sim_overrides or {})) for k, a in algorithms.items()}
+        header = {**header, "record": run_record(ecfg.kind)}
         self.writer = ResultsWriter(self.out_dir, header, METRICS, settings)
-        if bool(ecfg.get("resume", True)):
+        if ecfg.resume:
             n = self.writer.resume()
             if n:
                 log.info("%s: resuming, %d finished trials found in %s", label, n, self.out_dir / "results.json")
@@ -298,7 +302,7 @@ class OnlineRun:
 
     def _members(self, todo: dict) -> dict:
         """Per row: its grid and each trial's member identities (``member_identity``)."""
-        overrides = self.cfg.get("fit_overrides")
+        overrides = self.cfg.fit_overrides
         plan = {}
         for key, trials in todo.items():
             cls, kwargs, tune = algorithm_options(key, self.algorithms[key], overrides)
@@ -327,7 +331,7 @@ class OnlineRun:
         for key, trials in todo.items():
             if trials:
                 acfg = self.algorithms[key]
-                policies[key] = make_policy(result_name(key, acfg), acfg, self.sim.data, self.cfg.get("fit_overrides"),
+                policies[key] = make_policy(result_name(key, acfg), acfg, self.sim.data, self.cfg.fit_overrides,
                                             key)[0]
                 self.sim.check_fits(policies[key])
         for key, trials in todo.items():
@@ -391,8 +395,8 @@ class OnlineRun:
         sessions (``click_logs/NAME/trialT.parquet``)."""
         if self.queryset is None:
             return
-        meta = {"kind": "online", "algorithm": name, "key": key, "trial": trial, "seed": int(self.cfg.seed),
-                "config": OmegaConf.to_container(self.algorithms[key], resolve=True), "chosen": chosen,
+        meta = {"kind": "online", "algorithm": name, "key": key, "trial": trial, "seed": self.cfg.seed,
+                "config": copy.deepcopy(self.algorithms[key]), "chosen": chosen,
                 "features": feature_spec(self.queryset)}
         save_model(model_path(self.out_dir, name, trial), meta, best.final_params)
         if self.save_click_logs:
@@ -401,7 +405,7 @@ class OnlineRun:
             path = self.out_dir / "click_logs" / safe_name(name) / f"trial{trial}.parquet"
             write_click_log(path, from_online_logs(best.logs, self.queryset, self.sim.data.split_of_query),
                             {"source": "online", "algorithm": name, "trial": trial, "dataset": self.sim.data.name,
-                             "click_model": OmegaConf.to_container(self.cfg.click_model, resolve=True)})
+                             "click_model": dict(self.cfg.click_model)})
 
     def objective(self, key: str | None = None) -> float:
         """Mean over trials of the validation-split Cum-NDCG of ``key`` (default: ebrank, else the first row)."""
@@ -412,87 +416,81 @@ class OnlineRun:
         return float(np.mean([t["cum_ndcg_vali"] for t in rows[name]["trials"]]))
 
 
-def eta_sweep(cfg: DictConfig, out_dir: Path, data, main: OnlineRun) -> dict | None:
+def eta_sweep(run: ResolvedRun, out_dir: Path, data, main: OnlineRun) -> dict | None:
     """EBRank Fig. 4: selected algorithms rerun at other entry probabilities (the main run's value reused)."""
-    scfg = cfg.experiment.get("eta_sweep")
-    if not scfg or not scfg.get("values") or not scfg.get("algorithms"):
+    scfg = run.experiment.eta_sweep
+    if scfg is None or not scfg.values or not scfg.algorithms:
         return None
-    keys = [k for k in scfg.algorithms if k in cfg.algorithms]
+    keys = [k for k in scfg.algorithms if k in run.algorithms]
     missing = sorted(set(scfg.algorithms) - set(keys))
     if missing:
         log.warning("eta sweep: %s are not algorithms of this table; skipped", missing)
     if not keys:
         return None
-    trials = int(scfg.get("trials", 2))
-    series = {result_name(k, cfg.algorithms[k]): {m: [] for m in METRICS} for k in keys}
-    values = sorted(float(v) for v in scfg["values"])
+    trials = scfg.trials
+    series = {result_name(k, run.algorithms[k]): {m: [] for m in METRICS} for k in keys}
+    values = sorted(float(v) for v in scfg.values)
     for eta in values:
         if eta == main.sim.config.entry_prob and main.trials >= trials:
             rows = main.writer.algorithms
         else:
-            sim = build_simulator(cfg, data, entry_prob=eta)
-            header = {**run_header(cfg, sim, None), "entry_prob": eta}
-            algorithms = {k: cfg.algorithms[k] for k in keys}
-            run = OnlineRun(cfg, out_dir / "eta_sweep" / f"eta_{eta:g}", sim, header, algorithms, trials,
-                           f"η={eta:g}", queryset=main.queryset, sim_overrides={"entry_prob": eta})
-            rows = run.run().algorithms
+            sim = build_simulator(run, data, entry_prob=eta)
+            header = {**run_header(run, sim, None), "entry_prob": eta}
+            algorithms = {k: run.algorithms[k] for k in keys}
+            rerun = OnlineRun(run, out_dir / "eta_sweep" / f"eta_{eta:g}", sim, header, algorithms, trials,
+                              f"η={eta:g}", queryset=main.queryset, sim_overrides={"entry_prob": eta})
+            rows = rerun.run().algorithms
         for name in series:
             for m in METRICS:
                 series[name][m].append([t[m] for t in rows[name]["trials"][:trials]])
     return {"x": values, "series": series}
 
 
-def selected_algorithms(cfg: DictConfig) -> dict:
-    """``cfg.algorithms``, or the keys listed in ``experiment.only`` (in that order)."""
-    only = cfg.experiment.get("only")
+def selected_algorithms(run: ResolvedRun) -> dict:
+    """``run.algorithms``, or the keys listed in ``experiment.only`` (in that order; ``resolve`` checked them)."""
+    only = run.experiment.only
     if not only:
-        return dict(cfg.algorithms)
-    unknown = [k for k in only if k not in cfg.algorithms]
-    if unknown:
-        raise ValueError(f"experiment.only names {unknown}, which are not algorithms of this table; "
-                         f"expected some of {list(cfg.algorithms)}")
-    return {k: cfg.algorithms[k] for k in only}
+        return dict(run.algorithms)
+    return {k: run.algorithms[k] for k in only}
 
 
-def run_online(cfg: DictConfig, out_dir: Path, queryset: QuerySet, on_accepted=None) -> float:
-    """Every algorithm of ``cfg.algorithms`` (``experiment.only``) x ``cfg.trials`` under ``cfg.sim``.
+def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=None) -> float:
+    """Every algorithm of ``run.algorithms`` (``experiment.only``) x ``run.trials`` under ``run.sim``.
 
-    ``experiment.kind == "online"`` writes the plain comparison table, the table kinds the papers'
-    report (significance, exploitation ratios, click rates, sweeps). Returns the validation objective
+    ``run`` is ``ltrjax.schema.resolve``'s typed run (a config not yet resolved is resolved first:
+    ``ltrjax.schema.as_run``). ``experiment.kind == "online"`` writes the plain comparison table, the table kinds
+    the papers' report (significance, exploitation ratios, click rates, sweeps). Returns the validation objective
     (``experiment.objective``: an algorithm key; default ebrank, else the first row). ``on_accepted`` (if given)
-    is called once the run folder's finished rows are checked (``ResultsWriter.resume``), before any simulation:
-    ``run_experiment`` records the resolved config there, so a refused run rewrites nothing.
+    is called with the run (the BM25 fallback's rows included) once the run folder's finished rows are checked
+    (``ResultsWriter.resume``), before any simulation: ``run_experiment`` records the resolved config there, so a
+    refused run rewrites nothing.
     """
-    if cfg.get("click_log"):
-        raise ValueError(f"click_log={cfg.click_log} is read by experiment=offline only (it trains the offline "
-                         f"estimators); the online experiments simulate their own clicks")
+    run = as_run(run)
     tic = time.perf_counter()
-    data = padded_data(cfg, queryset)
-    cfg = bm25_fallback(cfg, data)
-    sim = build_simulator(cfg, data)
-    header = {**run_header(cfg, sim, queryset), "experiment": OmegaConf.to_container(cfg.experiment, resolve=True)}
-    algorithms = selected_algorithms(cfg)
+    data = padded_data(run, queryset)
+    run = bm25_fallback(run, data)
+    sim = build_simulator(run, data)
+    header = {**run_header(run, sim, queryset), "experiment": dataclasses.asdict(run.experiment)}
+    algorithms = selected_algorithms(run)
     log.info("%s: %d queries (%s), %d warm-up + %d sessions per trial, %d rows x %d trials", data.name,
              data.n_queries, header["queries_per_split"], header["warmup_sessions"], header["sessions"],
-             len(algorithms), int(cfg.trials))
-    if int(cfg.trials) < 1:
-        raise ValueError(f"trials must be >= 1, got {cfg.trials}")
-    main = OnlineRun(cfg, out_dir, sim, header, algorithms, int(cfg.trials), data.name, queryset=queryset)
+             len(algorithms), run.trials)
+    main = OnlineRun(run, out_dir, sim, header, algorithms, run.trials, data.name, queryset=queryset)
     if on_accepted is not None:
-        on_accepted(cfg)  # the resolved config with the BM25 fallback's rows
+        on_accepted(run)  # the resolved config with the BM25 fallback's rows
     main.run()
     wall = time.perf_counter() - tic
     main.writer.header["wall_seconds"] = wall
-    objective = main.objective(cfg.experiment.get("objective"))
+    objective = main.objective(run.experiment.objective)
     main.writer.header["objective"] = {"metric": f"cum_ndcg_{main.tune_split}", "value": objective}
-    if cfg.experiment.kind == "online":
-        title = f"Online results on {data.name} ({header['sessions']} sessions, {trials_phrase(int(cfg.trials))})"
+    if run.experiment.kind == "online":
+        title = f"Online results on {data.name} ({header['sessions']} sessions, {trials_phrase(run.trials)})"
         main.writer.write()
         table = write_simple_report(main, title, wall)
     else:
-        eta = eta_sweep(cfg, out_dir, data, main)
-        order = [result_name(k, v) for k, v in cfg.algorithms.items()]  # the table's row order, even when resumed
-        table = write_report(main, str(cfg.experiment.get("title", "Online performance")), wall, eta, order)
+        eta = eta_sweep(run, out_dir, data, main)
+        order = [result_name(k, v) for k, v in run.algorithms.items()]  # the table's row order, even when resumed
+        table = write_report(main, run.experiment.title, wall, eta, order)
     print(table)
     print(f"results written to {out_dir}; validation objective {objective:.4f}")
     return objective

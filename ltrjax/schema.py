@@ -17,10 +17,11 @@ Types come from the annotations (OmegaConf converts and checks them), allowed va
 ``Annotated`` constraints (``ltrjax.constraints``), the same ones the dataclasses check in
 ``__post_init__`` and ``Policy.make_hyper`` checks for tune grids. The generic machinery (a mapping typed as a
 dataclass, where the shipped configs are) is ``ltrjax.structured``; the dataset check is the data package's own
-(``ltrjax.data.registry.check_dataset``). ``validate`` checks a composed config
-against all of them and returns the fully resolved config a run uses; whatever it refuses raises a
-``ConfigError``, one paragraph naming the key, the value and what is allowed (``python -m ltrjax.run``
-prints it and exits with status 2).
+(``ltrjax.data.registry.check_dataset``). ``resolve`` checks a composed config against all of them and returns the
+typed configuration a run uses (``ResolvedRun``, frozen dataclasses: the defaults are written once, in the schemas,
+and the runners read attributes); ``validate`` returns the same as a ``DictConfig`` (what ``resolved_config.yaml``
+records). Whatever they refuse raises a ``ConfigError``, one paragraph naming the key, the value and what is
+allowed (``python -m ltrjax.run`` prints it and exits with status 2).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ ONLINE_KINDS = ("online", "online_table")
 
 
 # --------------------------------------------------------------------------- the schemas
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class PopulationConfig:
     """Members of one compiled population (``Simulator.run_population``)."""
 
@@ -64,7 +65,7 @@ class PopulationConfig:
     memory_gb: Positive | None = None  # memory budget of one chunk (null: half the memory available after the data)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class LayoutConfig:
     """Size buckets of the padded [query, doc] layout (``ltrjax.data.layout.pad_and_bucket``)."""
 
@@ -73,17 +74,17 @@ class LayoutConfig:
     single_bucket_cells: NonNegativeInt = 200_000
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class DataConfig:
     cache_dir: str | None = None  # parsed-LETOR cache; null: $LTRJAX_CACHE or ~/.cache/ltrjax
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class JaxConfig:
     compilation_cache: bool = True
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class EtaSweepConfig:
     """EBRank Fig. 4: the protocol rerun at other entry probabilities."""
 
@@ -93,7 +94,7 @@ class EtaSweepConfig:
     trials: PositiveInt = 2
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class OnlineExperimentConfig:
     """``experiment`` of ``experiment=online`` (``ltrjax.runner.run_online``)."""
 
@@ -107,7 +108,7 @@ class OnlineExperimentConfig:
     entry_bins: PositiveInt = 10
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class OnlineTableExperimentConfig(OnlineExperimentConfig):
     """``experiment`` of the papers' tables (``experiment=online_table``, ``ucbrank_table``)."""
 
@@ -119,7 +120,7 @@ class OnlineTableExperimentConfig(OnlineExperimentConfig):
     eta_sweep: Optional[EtaSweepConfig] = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """The top level of ``conf/config.yaml``; ``click_model``, ``experiment``, ``algorithms``, ``fit_overrides``
     and ``dataset`` have schemas of their own (they depend on the experiment kind and the algorithm)."""
@@ -139,6 +140,56 @@ class RunConfig:
 SEPARATE_BLOCKS = ("click_model", "experiment", "algorithms", "fit_overrides", "dataset")
 # what experiment=offline does not read (refused when set on the command line, left out of the resolved config)
 ONLINE_ONLY = ("sim", "population", "layout", "click_model", "fit_overrides", "algorithms")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedRun:
+    """The configuration a run uses, typed (``resolve``'s result; ``validate`` returns its ``to_config()``).
+
+    Every value is checked and every default filled in (defaults live in the schema dataclasses, nowhere else):
+    the runners read attributes and never restate a default or re-check a value. ``experiment`` is the typed
+    experiment block (``OnlineExperimentConfig``, ``OnlineTableExperimentConfig``, ``OfflineConfig`` with its
+    run-level keys filled in, ``FidelityConfig`` or a registered offline kind's schema). The blocks whose keys
+    depend on a choice stay plain mappings, complete and checked: ``click_model`` (the keys its kind reads),
+    ``algorithms`` ({key: ``_target_``, constructor options, ``fit`` with ``fit_overrides`` applied, ``tune``}),
+    ``fit_overrides`` and ``dataset`` (a ``ltrjax.data.registry`` mapping). The online blocks are None for the
+    offline kinds (they read none of them: ``ONLINE_ONLY``)."""
+
+    seed: int
+    trials: int
+    progress: bool
+    save_click_logs: bool
+    click_log: Optional[str]
+    data: DataConfig
+    jax: JaxConfig
+    experiment: Any
+    dataset: Dict[str, Any]
+    sim: Optional[SimConfig] = None
+    population: Optional[PopulationConfig] = None
+    layout: Optional[LayoutConfig] = None
+    click_model: Optional[Dict[str, Any]] = None
+    fit_overrides: Optional[Dict[str, Any]] = None
+    algorithms: Optional[Dict[str, Dict[str, Any]]] = None
+
+    @property
+    def kind(self) -> str:
+        return self.experiment.kind
+
+    def to_config(self) -> DictConfig:
+        """The same configuration as a ``DictConfig`` (what ``resolved_config.yaml`` records), in the order of
+        ``conf/config.yaml``; the offline kinds without the online blocks."""
+        order = [f.name for f in dataclasses.fields(RunConfig)] + ["experiment", "click_model", "fit_overrides",
+                                                                    "algorithms", "dataset"]
+        out = {}
+        for name in order:
+            value = getattr(self, name)
+            if value is None and name in ONLINE_ONLY:
+                continue
+            out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        return OmegaConf.create(out)
+
+    def replace(self, **changes) -> ResolvedRun:
+        return dataclasses.replace(self, **changes)
 
 
 # --------------------------------------------------------------------------- typing through OmegaConf
@@ -333,17 +384,16 @@ def resolve_algorithm(key: str, acfg, fit_overrides=None) -> dict:
 
 
 # --------------------------------------------------------------------------- experiments
-def check_offline_experiment(mapping, top: dict | None = None) -> dict:
+def check_offline_experiment(mapping, top: dict | None = None) -> OfflineConfig:
     """``experiment`` of ``experiment=offline`` typed as ``ltrjax.offline.config.OfflineConfig`` (its run-level keys
     left null taken from ``top``)."""
-    exp = typed(OfflineConfig, mapping, "experiment", label="offline experiment")
-    return dataclasses.asdict(exp.resolved(top))
+    return typed(OfflineConfig, mapping, "experiment", label="offline experiment").resolved(top)
 
 
-def check_fidelity_experiment(mapping, top: dict | None = None) -> dict:
+def check_fidelity_experiment(mapping, top: dict | None = None) -> FidelityConfig:
     """``experiment`` of ``experiment=offline_fidelity`` typed as ``ltrjax.offline.config.FidelityConfig``."""
     del top
-    return dataclasses.asdict(typed(FidelityConfig, mapping, "experiment", label="offline_fidelity experiment"))
+    return typed(FidelityConfig, mapping, "experiment", label="offline_fidelity experiment")
 
 
 # experiment kinds that read none of the online blocks (ONLINE_ONLY): {kind: check of the experiment mapping}
@@ -354,7 +404,7 @@ def register_offline_kind(kind: str, schema: type) -> None:
     """Accept ``experiment.kind == kind`` for an experiment of the offline family, typed by dataclass ``schema``; the
     online blocks are refused as for ``experiment=offline``."""
     _store("schema", f"experiment_{kind}", schema)
-    OFFLINE_KINDS[kind] = lambda mapping, top=None: dataclasses.asdict(typed(schema, mapping, "experiment", label=kind))
+    OFFLINE_KINDS[kind] = lambda mapping, top=None: typed(schema, mapping, "experiment", label=kind)
 
 
 def experiment_kinds() -> tuple[str, ...]:
@@ -406,8 +456,14 @@ def _warn_tuned(overrides, algorithms: dict, tune_on: bool) -> None:
 
 
 # --------------------------------------------------------------------------- the whole config
-def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
-    """The fully resolved config of a run, checked before any data is loaded.
+def _plain(value):
+    """``value`` as the plain containers its ``DictConfig`` form reads back (tuples as lists), so that the typed run
+    and the recorded ``resolved_config.yaml`` hold the same values."""
+    return OmegaConf.to_container(OmegaConf.create(value), resolve=True) if value is not None else None
+
+
+def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
+    """The typed configuration of a run (``ResolvedRun``), checked before any data is loaded.
 
     ``cfg`` is the composed config (``python -m ltrjax.run``'s, or ``hydra.compose``'s); ``overrides`` the
     command-line overrides (to refuse groups the experiment does not read and to warn about values a tune grid
@@ -438,51 +494,73 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
             raise unknown_key(key, plain[key], known, "the configuration (conf/config.yaml)")
     _refuse_unused(kind, overrides, plain)
     top = typed(RunConfig, {k: v for k, v in plain.items() if k not in SEPARATE_BLOCKS}, "", label="run")
-    out = dataclasses.asdict(top)
+    run = {f.name: getattr(top, f.name) for f in dataclasses.fields(RunConfig)}
     if kind in OFFLINE_KINDS:
-        out["experiment"] = OFFLINE_KINDS[kind](experiment, {k: out[k] for k in OFFLINE_TOP_LEVEL})
+        run["experiment"] = OFFLINE_KINDS[kind](experiment, {k: run[k] for k in OFFLINE_TOP_LEVEL})
         for key in ONLINE_ONLY:
-            out.pop(key, None)
+            run.pop(key, None)
     else:
-        if out["click_log"] is not None:
-            raise ConfigError("click_log", out["click_log"], "only experiment=offline trains from a click log; "
+        if top.click_log is not None:
+            raise ConfigError("click_log", top.click_log, "only experiment=offline trains from a click log; "
                               "the online experiments simulate their own clicks")
         schema = OnlineExperimentConfig if kind == "online" else OnlineTableExperimentConfig
-        out["experiment"] = dataclasses.asdict(typed(schema, experiment, "experiment", label=f"{kind} experiment"))
-        out["click_model"] = check_click_model(plain.get("click_model"))
-        if out["click_model"]["kind"] == "tiangong" and out["sim"]["top_k"] > 10:
-            raise ConfigError("sim.top_k", out["sim"]["top_k"], "expected at most 10 with click_model=tiangong "
+        ecfg = typed(schema, experiment, "experiment", label=f"{kind} experiment")
+        run["experiment"] = ecfg
+        run["click_model"] = _plain(check_click_model(plain.get("click_model")))
+        if run["click_model"]["kind"] == "tiangong" and top.sim.top_k > 10:
+            raise ConfigError("sim.top_k", top.sim.top_k, "expected at most 10 with click_model=tiangong "
                               "(its click matrix has 10 positions)")
         fit_overrides = check_fit_overrides(plain.get("fit_overrides"))
         algorithms = plain.get("algorithms") or {}
         if not isinstance(algorithms, dict) or not algorithms:
             raise ConfigError("algorithms", algorithms, "expected at least one algorithm (conf/algorithm/*.yaml)")
-        out["fit_overrides"] = fit_overrides
-        out["algorithms"] = {k: resolve_algorithm(k, v, fit_overrides) for k, v in algorithms.items()}
+        run["fit_overrides"] = _plain(fit_overrides)
+        run["algorithms"] = _plain({k: resolve_algorithm(k, v, fit_overrides) for k, v in algorithms.items()})
         if any(override_key(o).split(".", 1)[0] == "fit_overrides" for o in overrides or ()):
-            retrain = [k for k, a in out["algorithms"].items() if "fit" in a]
+            retrain = [k for k, a in run["algorithms"].items() if "fit" in a]
             unused = [p for p in fit_overrides if not any(fnmatch.fnmatchcase(k, p) for k in retrain)]
             if unused:
                 log.warning("fit_overrides %s match none of this run's retraining algorithms (%s): they change nothing",
                             unused, ", ".join(retrain) or "none")
-        ecfg = out["experiment"]
-        _check_keys_exist("experiment.only", ecfg.get("only"), algorithms)
-        _check_keys_exist("experiment.click_rate_algorithms", ecfg.get("click_rate_algorithms"), algorithms)
-        if ecfg.get("objective") is not None:
-            _check_keys_exist("experiment.objective", [ecfg["objective"]], algorithms)
-        _warn_tuned(overrides, out["algorithms"], ecfg["tune"])
-    out["dataset"] = check_dataset(plain.get("dataset"), cwd)
-    return OmegaConf.create(out)
+        _check_keys_exist("experiment.only", ecfg.only, algorithms)
+        if isinstance(ecfg, OnlineTableExperimentConfig):
+            _check_keys_exist("experiment.click_rate_algorithms", ecfg.click_rate_algorithms, algorithms)
+        if ecfg.objective is not None:
+            _check_keys_exist("experiment.objective", [ecfg.objective], algorithms)
+        _warn_tuned(overrides, run["algorithms"], ecfg.tune)
+    run["dataset"] = _plain(check_dataset(plain.get("dataset"), cwd))
+    return ResolvedRun(**run)
+
+
+def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
+    """``resolve``'s typed run as a ``DictConfig`` (``ResolvedRun.to_config``: what ``resolved_config.yaml``
+    records). Raises ``ConfigError``."""
+    return resolve(cfg, overrides, cwd).to_config()
+
+
+def as_run(cfg) -> ResolvedRun:
+    """``cfg`` as a ``ResolvedRun``: a ``ResolvedRun`` as it is; a config not yet resolved (a composed
+    ``DictConfig``, ``validate``'s result, or a mapping; Hydra's own ``hydra`` and ``defaults`` keys of an
+    uncomposed ``conf/config.yaml`` ignored) resolved once (``resolve``). For the Python entry points of the
+    runners (``ltrjax.runner.run_online``, ``build_simulator``), which also take untyped configs."""
+    if isinstance(cfg, ResolvedRun):
+        return cfg
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k not in ("hydra", "defaults")])
+    else:
+        cfg = {k: v for k, v in dict(cfg).items() if k not in ("hydra", "defaults")}
+    return resolve(cfg)
 
 
 RESOLVED_CONFIG = "resolved_config.yaml"
 
 
 def write_resolved_config(cfg, out_dir) -> pathlib.Path:
-    """Record the config a run actually uses (``validate``'s result) as ``OUT_DIR/resolved_config.yaml``."""
+    """Record the config a run actually uses (a ``ResolvedRun``, or ``validate``'s result) as
+    ``OUT_DIR/resolved_config.yaml``."""
     path = pathlib.Path(out_dir) / RESOLVED_CONFIG
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(OmegaConf.to_yaml(cfg))
+    path.write_text(OmegaConf.to_yaml(cfg.to_config() if isinstance(cfg, ResolvedRun) else cfg))
     return path
 
 
@@ -490,6 +568,8 @@ def write_resolved_config(cfg, out_dir) -> pathlib.Path:
 def _store(group: str, name: str, node) -> None:
     from hydra.core.config_store import ConfigStore
 
+    if isinstance(node, type) and dataclasses.is_dataclass(node):  # typed, but without the read-only flags of a
+        node = writable(OmegaConf.structured(node))  # frozen dataclass, so that a config may set its values
     ConfigStore.instance().store(group=group, name=name, node=node)
 
 

@@ -265,7 +265,7 @@ def test_bm25_fallback_replaces_or_drops_the_bm25_rows(caplog):
     assert build_simulator(dropped, data).warmup_policy is None
     cfg.dataset.warmup_feature = 5
     replaced = bm25_fallback(cfg, data)
-    assert list(replaced.algorithms)[0] == "feature_5" and replaced.algorithms.feature_5.feature == 5
+    assert list(replaced.algorithms)[0] == "feature_5" and replaced.algorithms["feature_5"]["feature"] == 5
     assert "feature_5" in replaced.experiment.eta_sweep.algorithms
     sim = build_simulator(replaced, data)
     assert sim.warmup_policy.column == 2  # feature id 5 is the third kept column

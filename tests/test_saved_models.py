@@ -140,5 +140,5 @@ def test_online_run_saves_models_and_click_logs(online_cfg, tmp_path, monkeypatc
     monkeypatch.setattr(Simulator, "run_population", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
     runner.run_online(online_cfg, tmp_path, qs)
     assert calls == [] and json.loads((tmp_path / "results.json").read_text())["algorithms"] == results["algorithms"]
-    with pytest.raises(ValueError, match="experiment=offline only"):
+    with pytest.raises(ValueError, match="only experiment=offline trains from a click log"):
         runner.run_online(OmegaConf.merge(online_cfg, {"click_log": "x.parquet"}), tmp_path / "x", qs)

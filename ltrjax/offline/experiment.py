@@ -15,6 +15,7 @@ import json
 import pathlib
 import time
 import types
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,8 @@ def experiment_config(cfg) -> OfflineConfig:
     plain experiment mapping; the run-level keys it leaves null come from the top level of ``cfg``."""
     if isinstance(cfg, OfflineConfig):
         return cfg.resolved()
+    if isinstance(getattr(cfg, "experiment", None), OfflineConfig):  # a typed run (ltrjax.schema.ResolvedRun)
+        return cfg.experiment
     top = {}
     if hasattr(cfg, "get") and cfg.get("experiment") is not None:
         top = {k: cfg.get(k) for k in TOP_LEVEL}
@@ -388,24 +391,33 @@ def _jsonable(x):
     return x
 
 
-def load_queryset(cfg, exp: OfflineConfig):
-    """The dataset of ``cfg.dataset`` (registry mapping) with every query kept (``min_docs: 0``); the run's
-    validated config always names one (``ltrjax.schema.validate`` fills in the synthetic default)."""
+def run_dataset(cfg) -> tuple[Mapping | None, str | None]:
+    """(``dataset`` block, ``data.cache_dir``) of ``run_offline``'s ``cfg``: read from a typed run
+    (``ltrjax.schema.ResolvedRun``); a run config given as a mapping or ``DictConfig`` (the Python API, scripts)
+    is read once here, and an experiment config alone has neither (None, None)."""
+    if isinstance(cfg, Mapping):  # a DictConfig is a Mapping too
+        data = cfg["data"] if "data" in cfg and cfg["data"] is not None else {}
+        return (cfg["dataset"] if "dataset" in cfg else None), (data["cache_dir"] if "cache_dir" in data else None)
+    data = cfg.data if hasattr(cfg, "data") else None
+    return (cfg.dataset if hasattr(cfg, "dataset") else None), (data.cache_dir if data is not None else None)
+
+
+def load_queryset(dataset, cache_dir: str | None = None, *, seed: int):
+    """The dataset of registry mapping ``dataset`` (a run's ``dataset`` block: ``ltrjax.schema.resolve`` fills in
+    the synthetic default) with every query kept (``min_docs: 0``); ``cache_dir``: ``data.cache_dir``."""
     from ltrjax.data.registry import load_dataset
 
-    ds = cfg.get("dataset") if hasattr(cfg, "get") else None
-    if ds is None:
+    if dataset is None:
         raise ValueError("no dataset: pass a queryset, or a run config with a dataset block (python -m ltrjax.run "
-                         "+dataset=NAME; ltrjax.schema.validate fills in the synthetic default)")
+                         "+dataset=NAME; ltrjax.schema.resolve fills in the synthetic default)")
     try:
         from omegaconf import OmegaConf
 
-        ds = OmegaConf.to_container(ds, resolve=True) if OmegaConf.is_config(ds) else dict(ds)
+        ds = OmegaConf.to_container(dataset, resolve=True) if OmegaConf.is_config(dataset) else dict(dataset)
     except ImportError:  # pragma: no cover
-        ds = dict(ds)
+        ds = dict(dataset)
     ds["min_docs"] = 0
-    data = (cfg.get("data") if hasattr(cfg, "get") else None) or {}
-    return load_dataset(ds, seed=int(exp.seed), cache_dir=data.get("cache_dir") or None)
+    return load_dataset(ds, seed=int(seed), cache_dir=cache_dir or None)
 
 
 RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
@@ -478,11 +490,12 @@ def protocol_line(exp: OfflineConfig, infos: list[dict]) -> str:
 
 
 def run_offline(cfg, out_dir, queryset=None) -> dict:
-    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md."""
+    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md. ``cfg`` is the
+    typed run (``ltrjax.schema.resolve``), an ``OfflineConfig``, or a run or experiment mapping."""
     exp = experiment_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else load_queryset(cfg, exp)
+    qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=exp.seed)
     trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
     click_log = None
     if exp.click_log:

@@ -78,6 +78,8 @@ def fidelity_config(cfg) -> FidelityConfig:
     """The run's ``FidelityConfig``: ``cfg`` itself or built from ``cfg.experiment`` / a plain mapping."""
     if isinstance(cfg, FidelityConfig):
         return cfg
+    if isinstance(getattr(cfg, "experiment", None), FidelityConfig):  # a typed run (ltrjax.schema.ResolvedRun)
+        return cfg.experiment
     return from_mapping(FidelityConfig, E.plain_experiment(cfg))
 
 
@@ -511,7 +513,7 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     fx = fidelity_config(cfg)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else E.load_queryset(cfg, base_offline(fx, "linear"))
+    qs = queryset if queryset is not None else E.load_queryset(*E.run_dataset(cfg), seed=fx.seed)
     check_experiment(out_dir, "offline_fidelity", as_mapping(fx), RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     vec_reason = vectorization_untestable(qs)

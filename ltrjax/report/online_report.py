@@ -142,12 +142,12 @@ def click_rate_markdown(curves: dict[str, dict]) -> str:
 
 def write_report(run, title: str, wall: float, eta: dict | None, order: list[str]) -> str:
     """The table report of a finished run (``ltrjax.runner.OnlineRun``); ``order`` = the rows' order."""
-    cfg = run.cfg.experiment
+    exp = run.cfg.experiment  # an OnlineTableExperimentConfig (ltrjax.schema)
     rank = {name: i for i, name in enumerate(order)}
     run.writer.algorithms = dict(sorted(run.writer.algorithms.items(), key=lambda kv: rank.get(kv[0], len(rank))))
     results = run.writer.as_dict()
     rows = results["algorithms"]
-    sig = significance(run, float(cfg.get("alpha", 0.05)), int(cfg.get("permutations", 10000)))
+    sig = significance(run, exp.alpha, exp.permutations)
     trial_wall = sum(t.get("wall_seconds", 0.0) for e in rows.values() for t in e["trials"])
     n_trials = max(len(e["trials"]) for e in rows.values())
     labels = run_labels(run)

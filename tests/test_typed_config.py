@@ -1,0 +1,115 @@
+"""The configuration is typed once, at the door (``ltrjax.schema.resolve``), and flows one way: the runners read
+attributes of the frozen ``ResolvedRun`` and restate no default (issue 23)."""
+
+import ast
+import dataclasses
+import pathlib
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ltrjax.clicks import KIND_KEYS
+from ltrjax.offline.config import FidelityConfig, OfflineConfig
+from ltrjax.online.simulator import SimConfig
+from ltrjax.schema import (DataConfig, EtaSweepConfig, JaxConfig, LayoutConfig, OnlineExperimentConfig,
+                           OnlineTableExperimentConfig, PopulationConfig, ResolvedRun, as_run, resolve, validate)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_default_config_resolves_to_the_typed_run():
+    run = resolve(composed(), [])
+    assert isinstance(run, ResolvedRun) and run.kind == "online"
+    assert isinstance(run.experiment, OnlineExperimentConfig)
+    assert isinstance(run.sim, SimConfig) and isinstance(run.population, PopulationConfig)
+    assert isinstance(run.layout, LayoutConfig) and isinstance(run.data, DataConfig) and isinstance(run.jax, JaxConfig)
+    assert (type(run.seed), type(run.trials), type(run.progress), type(run.save_click_logs)) == (int, int, bool, bool)
+    assert set(run.click_model) == {"kind", *KIND_KEYS[run.click_model["kind"]]}
+    assert all("_target_" in a for a in run.algorithms.values()) and run.dataset["kind"] == "synthetic"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.trials = 5  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.experiment.tune = False  # type: ignore[misc]
+
+
+def test_table_and_offline_configs_resolve_to_their_typed_blocks():
+    table = resolve(composed("experiment=online_table"), ["experiment=online_table"])
+    assert isinstance(table.experiment, OnlineTableExperimentConfig)
+    assert isinstance(table.experiment.eta_sweep, EtaSweepConfig)
+    offline = resolve(composed("experiment=offline"), ["experiment=offline"])
+    assert isinstance(offline.experiment, OfflineConfig) and offline.experiment.seed == offline.seed
+    assert offline.sim is offline.population is offline.layout is offline.click_model is offline.algorithms is None
+    fidelity = resolve(composed("experiment=offline_fidelity"), ["experiment=offline_fidelity"])
+    assert isinstance(fidelity.experiment, FidelityConfig)
+
+
+@pytest.mark.parametrize("overrides", [[], ["experiment=online_table"], ["experiment=offline"]])
+def test_validate_is_the_typed_runs_dictconfig_and_resolving_it_again_changes_nothing(overrides):
+    run = resolve(composed(*overrides), overrides)
+    assert OmegaConf.to_yaml(validate(composed(*overrides), overrides)) == OmegaConf.to_yaml(run.to_config())
+    assert as_run(run) is run and as_run(run.to_config()) == run
+
+
+CONFIG_NAMES = {"cfg", "ecfg", "scfg", "exp", "pop", "acfg", "config", "run", "top", "fx", "experiment"}
+RESULT_NAMES = {"res", "result", "results", "old", "info", "i"}  # plain result dicts, not configs
+# the offline runner's functions: everything reads the typed OfflineConfig / FidelityConfig (experiment_config and
+# fidelity_config are the door of callers that pass plain mappings; they convert them once, restating no default)
+OFFLINE_RUNNERS = {"ltrjax/offline/experiment.py": ("run_offline", "load_queryset", "_run_trial", "finished_trials"),
+                   "ltrjax/offline/fidelity_experiment.py": ("run_fidelity",)}
+
+
+def _receiver(node: ast.AST) -> str:
+    """The innermost name of ``a.b.c`` (``c``) or of a name (``a``)."""
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def config_reads(tree: ast.AST) -> list[str]:
+    """``.get(`` calls on a config object (receiver named like one, or ``X.experiment`` / ``X.sim``...), and any
+    ``.get(key, default)`` with a literal default on anything but a result dict (``RESULT_NAMES``): options'
+    defaults restated outside the schemas."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            receiver = _receiver(node.func.value)
+            literal_default = (len(node.args) > 1 and isinstance(node.args[1], (ast.Constant, ast.Dict, ast.List))
+                               and receiver not in RESULT_NAMES)
+            if receiver in CONFIG_NAMES or receiver in {f.name for f in dataclasses.fields(ResolvedRun)} or \
+                    literal_default:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_runner_reads_no_config_with_get_or_defaults():
+    tree = ast.parse((ROOT / "ltrjax" / "runner.py").read_text())
+    assert config_reads(tree) == []
+    assert "OmegaConf" not in (ROOT / "ltrjax" / "runner.py").read_text()  # it takes the typed run, never a mapping
+
+
+def test_offline_runners_read_no_config_with_get_or_defaults():
+    for path, names in OFFLINE_RUNNERS.items():
+        tree = ast.parse((ROOT / path).read_text())
+        functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for name in names:
+            assert config_reads(functions[name]) == [], f"{path}:{name}"
+
+
+def test_the_scan_finds_what_it_looks_for():
+    code = ("def f(cfg, run, results, options):\n    cfg.get('tune', True)\n    run.experiment.get('only')\n"
+            "    options.get('x', 1)\n    results.get('y', 1)\n")
+    assert len(config_reads(ast.parse(code))) == 3
+
+
+def test_a_config_of_your_own_extends_the_frozen_schemas(tmp_path):
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - /schema/sim@sim\n  - /schema/population@population\n"
+                                        "  - _self_\nsim:\n  top_k: 3\npopulation:\n  max_members: 4\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        cfg = compose("mine", overrides=["population.memory_gb=2"])
+        assert (cfg.sim.top_k, cfg.population.max_members, cfg.population.memory_gb) == (3, 4, 2.0)
+        with pytest.raises(Exception, match="population.memory_gb"):
+            compose("mine", overrides=["population.memory_gb=lots"])  # still typed
