@@ -12,9 +12,12 @@ written here, once the run is accepted, so a refused rerun leaves a finished run
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import hydra
@@ -79,6 +82,23 @@ def to_run_log(message: str) -> None:
             handler.handle(record)
 
 
+def _send_interrupt_again() -> None:
+    threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+
+def on_interrupt(signum, frame) -> None:
+    """Ctrl-C (SIGINT) as ``KeyboardInterrupt``, except inside a garbage-collector callback (JAX registers one,
+    ``_xla_gc_callback``): Python swallows an exception raised there ("Exception ignored in ...") and the run would
+    go on to the end with status 0. There the interrupt is sent again 50 ms later, so a Ctrl-C is never lost."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks:
+            _send_interrupt_again()
+            return
+        frame = frame.f_back
+    raise KeyboardInterrupt
+
+
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     """Run the configured experiment; returns its objective (for Hydra sweepers)."""
@@ -89,6 +109,8 @@ def main(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_interrupt)
     try:
         return run_experiment(cfg, out_dir, overrides=list(hydra_cfg.overrides.task), cwd=Path(hydra_cfg.runtime.cwd),
                               on_accepted=lambda: write_hydra_copy(cfg, out_dir))

@@ -281,3 +281,32 @@ def test_rows_without_recorded_settings_are_not_resumed(tmp_path):
     with pytest.raises(record.RunFolderError, match="settings: <not recorded>"):
         ResultsWriter(tmp_path, {"dataset": "toy"}, METRICS, {"ebrank": {"seed": 0}}).resume()
     assert ResultsWriter(tmp_path, {"dataset": "toy"}, METRICS, {"random_k": {"seed": 0}}).resume() == 1
+
+
+def test_ctrl_c_inside_a_gc_callback_is_sent_again_not_lost(monkeypatch):
+    """Python swallows an exception raised in a garbage-collector callback (JAX registers one), so Ctrl-C there
+    would be lost and the run would finish with status 0 (seen once in the suite under load): the handler sends
+    it again instead of raising where it cannot propagate, and raises everywhere else."""
+    import gc
+    import signal
+    import sys
+
+    from ltrjax import run as run_module
+
+    resent = []
+    monkeypatch.setattr(run_module, "_send_interrupt_again", lambda: resent.append(True))
+    seen = []
+
+    def callback(phase, info):
+        if phase == "start" and not seen:
+            seen.append(True)
+            run_module.on_interrupt(signal.SIGINT, sys._getframe())  # as if SIGINT arrived inside the callback
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+    assert seen and resent == [True]
+    with pytest.raises(KeyboardInterrupt):
+        run_module.on_interrupt(signal.SIGINT, sys._getframe())
