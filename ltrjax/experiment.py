@@ -23,15 +23,15 @@ def cache_dir(cfg: DictConfig) -> str | None:
     return cfg.get("data", {}).get("cache_dir") or None
 
 
-def enable_compilation_cache(cfg: DictConfig) -> None:
+def enable_compilation_cache(run: ResolvedRun) -> None:
     """Persist compiled XLA programs between runs (``jax.compilation_cache``), under the data cache's ``xla`` folder
-    (``ltrjax.compile_cache``, the one switch every script uses)."""
-    if not cfg.get("jax", {}).get("compilation_cache", False):
+    (``ltrjax.compile_cache``, the one switch every script uses), when ``jax.compilation_cache`` is on."""
+    if not run.jax.compilation_cache:
         return
     from ltrjax.compile_cache import default_cache_dir
     from ltrjax.compile_cache import enable_compilation_cache as enable
 
-    enable(default_cache_dir(cache_dir(cfg)))
+    enable(default_cache_dir(run.data.cache_dir or None))
 
 
 def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
@@ -85,7 +85,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
                 on_accepted()
 
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
-        enable_compilation_cache(run.to_config())
+        enable_compilation_cache(run)
         kind = run.kind
         if kind in ("online", "online_table"):
             from ltrjax.runner import run_online
