@@ -522,14 +522,16 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
                   ([f"PRS: PBM theta_k = 1/k (eta = 1), binarized relevance with noise mu {fx.prs.noise}"]
                    if "prs" in fx.parts else [])
                   + ([f"Vectorization: {', '.join(fx.vectorization.settings)} (Eq. 13 relevance)"]
-                     if "vectorization" in fx.parts else [])
+                     if "vectorization" in fx.parts and vec_reason is None else [])
                   + ([f"vector EH bed {fx.vector_eh.bed}"] if "vector_eh" in fx.parts and fx.vector_eh.seeds else [])),
               "protocol": "; ".join(
                   ([f"PRS: whole candidate lists (at most {fx.list_cap}), {fx.prs.clicks_per_query:g} clicks per "
                     f"logged query, {fx.prs.max_steps} steps for every estimator"] if "prs" in fx.parts else [])
                   + ([f"Vectorization: production top-{fx.vectorization.list_size}, {fx.vectorization.n_sessions} "
                       f"sessions, {fx.vectorization.ranker} ranker, {fx.train.max_steps} steps for every estimator"]
-                     if "vectorization" in fx.parts else [])
+                     if "vectorization" in fx.parts and vec_reason is None else [])
+                  + ([f"vector-EH bed: {fx.vector_eh.seeds} seeds, {fx.vector_eh.n_queries} queries, "
+                      f"{fx.vector_eh.n_sessions} sessions"] if "vector_eh" in fx.parts and fx.vector_eh.seeds else [])
                   + [f"best validation NDCG@10 every {fx.train.eval_every_steps} steps (results.json 'training')"]),
               "seed": fx.seed, "trials": fx.trials, "commit": git_commit() or "unknown (not a git checkout)"}
     results = {"dataset": getattr(qs, "name", "?"), "header": header, "claims": [], "config": as_mapping(fx),
