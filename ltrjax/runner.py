@@ -29,7 +29,7 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import Simulator, TrialResult
-from ltrjax.measure import exploitation_ratios, perfect_click_rates, save_units
+from ltrjax.measure import exploitation_ratios, memory_record, perfect_click_rates, save_units
 from ltrjax.report.online_report import METRICS, safe_name, write_report, write_simple_report
 from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
@@ -485,10 +485,12 @@ def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=
     main.writer.header["objective"] = {"metric": f"cum_ndcg_{main.tune_split}", "value": objective}
     if run.experiment.kind == "online":
         title = f"Online results on {data.name} ({header['sessions']} sessions, {trials_phrase(run.trials)})"
+        main.writer.header.update(memory_record(queryset))  # peak_rss_bytes, feature_bytes and their ratio
         main.writer.write()
         table = write_simple_report(main, title, wall)
     else:
         eta = eta_sweep(run, out_dir, data, main)
+        main.writer.header.update(memory_record(queryset))
         order = [result_name(k, v) for k, v in run.algorithms.items()]  # the table's row order, even when resumed
         table = write_report(main, run.experiment.title, wall, eta, order)
     print(table)

@@ -77,6 +77,29 @@ def test_results_record_each_rows_settings(finished):
     assert results["algorithms"]["ebrank"]["trials"][0]["made_by"]["version"] == results["record"]["version"]
 
 
+def test_results_record_peak_memory_and_feature_bytes(finished):
+    """Issue 22's memory line reads these: the process's peak resident memory and the float32 feature bytes."""
+    out, _ = finished
+    results = json.loads((out / "results.json").read_text())
+    peak, features = results["peak_rss_bytes"], results["feature_bytes"]
+    assert isinstance(peak, int) and peak > 50 * 2 ** 20  # a Python process with JAX loaded
+    assert isinstance(features, int) and features > 0 and features % 4 == 0
+    assert results["peak_rss_over_feature_bytes"] == pytest.approx(peak / features)
+    assert "peak resident memory" in (out / "results.md").read_text()
+
+
+def test_memory_record_counts_every_documents_float32_features():
+    from ltrjax.measure import memory_record, peak_rss_bytes
+    from tests.toy_data import toy_queryset
+
+    queryset = toy_queryset(n_queries=12, n_features=7)
+    rec = memory_record(queryset)
+    assert rec["feature_bytes"] == queryset.n_docs * 7 * 4
+    assert 0 < rec["peak_rss_bytes"] <= peak_rss_bytes()  # the peak only grows
+    assert rec["peak_rss_over_feature_bytes"] == pytest.approx(rec["peak_rss_bytes"] / rec["feature_bytes"])
+    assert memory_record(None)["feature_bytes"] is None
+
+
 def test_reports_say_what_they_are(finished):
     out, _ = finished
     text = (out / "results.md").read_text()

@@ -69,13 +69,26 @@ def run_summary(header: dict) -> str:
     ])
 
 
+def memory_phrase(header: dict) -> str:
+    """", peak resident memory X GB (R x the float32 feature matrix's Y GB)" from a run header
+    (``ltrjax.measure.memory_record``), or "" when the header has none."""
+    peak, features = header.get("peak_rss_bytes"), header.get("feature_bytes")
+    if not peak:
+        return ""
+    text = f", peak resident memory {peak / 1e9:.2f} GB"
+    if features:
+        text += f" ({peak / features:.1f}× the float32 feature matrix's {features / 1e9:.2f} GB)"
+    return text
+
+
 def write_simple_report(run, title: str, wall: float) -> str:
     """``results.md`` (mean ± std per algorithm, one trial: its value) and ``ndcg_over_time.png`` of the default
     comparison; results.md opens with ``run_summary``."""
     several = any(len(e["trials"]) > 1 for e in run.writer.algorithms.values())
     spread = "Mean ± std over trials" if several else "One trial per row (no spread)"
     table = run.writer.write_markdown(title, run_labels(run), extra=f"{spread}; test-split metrics. "
-                                                                    f"Wall time {wall:.1f} s.",
+                                                                    f"Wall time {wall:.1f} s"
+                                                                    f"{memory_phrase(run.writer.header)}.",
                                       summary=run_summary(run.writer.header))
     plots.plot_ndcg_over_time(run.writer.as_dict(), run.out_dir / "ndcg_over_time.png")
     return table
@@ -154,7 +167,7 @@ def write_report(run, title: str, wall: float, eta: dict | None, order: list[str
     notes = (f"{results['dataset']}: {results['sessions']} sessions per trial "
              f"(+{results['warmup_sessions']} BM25 warm-up), {trials_phrase(n_trials)}; "
              f"test-split metrics, {'mean ± std over trials' if n_trials > 1 else 'one trial (no spread)'}; "
-             f"wall time {wall:.0f} s for this invocation, "
+             f"wall time {wall:.0f} s for this invocation{memory_phrase(run.writer.header)}, "
              f"{trial_wall:.0f} s summed over the trials' own runs (a resumed run reuses earlier trials). "
              "Significance: Fisher "
              "randomization (paired sign-flip) tests against the best row over (trial, test query) units for "
