@@ -1,11 +1,22 @@
-"""Paired comparison of two online runs of the same protocol (e.g. two retraining settings).
+"""Paired comparison of two online runs of the same protocol (e.g. two retraining settings, or two commits).
 
-For every row both runs have, over the trials both finished: mean ± std of Cold/Warm/Cum-NDCG@5 in each
-run, the mean paired difference (B - A), and Fisher randomization (paired sign-flip) p-values over the
-(trial, test query) units of Warm/Cold-NDCG and the (trial, test session) discounted contributions of
-Cum-NDCG, read from each run's ``arrays/ROW/trialT.npz``. Writes ``results.md`` and ``results.json``.
+For every row both runs have, over the trials both finished (paired by trial seed): mean ± std of
+Cold/Warm/Cum-NDCG@5 in each run, the mean paired difference (B - A), and two tests of "no difference":
+
+* unit level (``p_value``): Fisher randomization (paired sign-flip) over the (trial, test query) units of
+  Warm/Cold-NDCG and the (trial, test session) discounted contributions of Cum-NDCG, read from each run's
+  ``arrays/ROW/trialT.npz``. It treats a trial's sessions as independent, so it overstates the evidence when
+  the two runs' trials follow different trajectories (another commit, another shuffle);
+* trial level (``trial_p_value``): the same sign-flip test over the per-trial differences of the trials' own
+  figures (exact: all 2^n sign patterns for n <= 16 trials), and a paired t-test (``trial_t_p_value``) beside
+  it. The verdict reads this one: a metric is ``within_noise`` when ``trial_p_value >= alpha`` (default 0.05),
+  a row when all three of its metrics are. With n trials the smallest possible p is 2 / 2^n (n >= 6 can
+  reject at 0.05).
+
+Writes ``results.md`` and ``results.json``.
 
     python experiments/compare_runs.py RUN_A RUN_B --labels papers fast --out docs/results/retrain_mq2008
+    python experiments/compare_runs.py RUN_A RUN_B --labels 93b7d10 HEAD --alpha 0.05
     python experiments/compare_runs.py --smoke      # two tiny runs made on the fly, compared
 """
 
@@ -33,7 +44,22 @@ def units(run: Path, name: str, trial: int, gamma: float) -> dict[str, np.ndarra
                 "cum_ndcg": stats.discounted_contributions(z["session_ndcg"].astype(np.float64), gamma)}
 
 
-def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 10000) -> dict:
+def trial_level(va: np.ndarray, vb: np.ndarray, alpha: float) -> dict:
+    """The trial-level paired tests of one metric: sign-flip randomization over the per-trial differences
+    (exact up to 16 trials) and a paired t-test, both two-sided; ``within_noise``: sign-flip p >= ``alpha``."""
+    from scipy import stats as scipy_stats
+
+    d = vb - va
+    p = stats.paired_randomization_test(vb, va) if len(d) else 1.0
+    if len(d) < 2 or not np.any(d != d[0]):  # t is undefined: no spread of the differences
+        t_p = 1.0 if not np.any(d) else (0.0 if len(d) >= 2 else None)
+    else:
+        t_p = float(scipy_stats.ttest_rel(vb, va).pvalue)
+    return {"trial_p_value": float(p), "trial_t_p_value": t_p, "trials_higher": int(np.sum(d > 0)),
+            "trials_lower": int(np.sum(d < 0)), "within_noise": bool(p >= alpha)}
+
+
+def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 10000, alpha: float = 0.05) -> dict:
     a, b = (json.loads((r / "results.json").read_text()) for r in (run_a, run_b))
     for key in ("dataset", "sessions", "sim", "click_model"):
         if not same_protocol(key, a.get(key), b.get(key)):
@@ -55,31 +81,55 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
             row[m] = {labels[0]: {"mean": float(va.mean()), "std": float(va.std(ddof=1)) if len(va) > 1 else 0.0},
                       labels[1]: {"mean": float(vb.mean()), "std": float(vb.std(ddof=1)) if len(vb) > 1 else 0.0},
                       "mean_difference": float((vb - va).mean()), "per_trial_difference": (vb - va).tolist(),
-                      "p_value": stats.paired_randomization_test(ub, ua, n_samples=n_samples)}
+                      "p_value": stats.paired_randomization_test(ub, ua, n_samples=n_samples),
+                      **trial_level(va, vb, alpha)}
+        row["within_noise"] = all(row[m]["within_noise"] for m in METRICS)
         rows[name] = row
-    return {"runs": {labels[0]: str(run_a), labels[1]: str(run_b)}, "dataset": a["dataset"],
-            "sessions": a["sessions"], "rows": rows}
+    made_by = {lab: sorted({(t.get("made_by") or {}).get("commit") or "not recorded"
+                            for e in run["algorithms"].values() for t in e["trials"]})
+               for lab, run in zip(labels, (a, b))}
+    return {"runs": {labels[0]: str(run_a), labels[1]: str(run_b)}, "commits": made_by, "dataset": a["dataset"],
+            "sessions": a["sessions"], "alpha": alpha,
+            "rule": f"a metric is within noise when its trial-level paired sign-flip p >= {alpha:g} (two-sided, "
+                    "over the per-trial differences of trials paired by seed); a row when all its metrics are",
+            "within_noise": all(r["within_noise"] for r in rows.values()), "rows": rows}
 
 
 def markdown(result: dict, labels: tuple[str, str]) -> str:
     names = {"cold_ndcg": "Cold-NDCG@5", "warm_ndcg": "Warm-NDCG@5", "cum_ndcg": "Cum-NDCG@5"}
     lines = [f"# {labels[1]} vs {labels[0]} on {result['dataset']} ({result['sessions']} sessions per trial)", "",
-             f"| row | metric | {labels[0]} | {labels[1]} | difference ({labels[1]} − {labels[0]}) | p |",
-             "|---|---|---:|---:|---:|---:|"]
+             f"| row | trials | metric | {labels[0]} | {labels[1]} | difference ({labels[1]} − {labels[0]}) | "
+             "p (session / query level) | p (trial level, sign-flip) | p (trial level, paired t) | higher / lower | "
+             "within noise |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, row in result["rows"].items():
         for m in ("cold_ndcg", "warm_ndcg", "cum_ndcg"):
             cell = row[m]
             fmt = "{:.2f}" if abs(cell[labels[0]]["mean"]) >= 10 else "{:.4f}"
-            lines.append(f"| {name} | {names[m]} | {fmt.format(cell[labels[0]]['mean'])} ± "
+            t_p = "–" if cell["trial_t_p_value"] is None else p_text(cell["trial_t_p_value"])
+            lines.append(f"| {name} | {len(row['trials'])} | {names[m]} | {fmt.format(cell[labels[0]]['mean'])} ± "
                          f"{fmt.format(cell[labels[0]]['std'])} | {fmt.format(cell[labels[1]]['mean'])} ± "
                          f"{fmt.format(cell[labels[1]]['std'])} | {cell['mean_difference']:+.4f} | "
-                         f"{cell['p_value']:.3f} |")
+                         f"{p_text(cell['p_value'])} | {p_text(cell['trial_p_value'])} | {t_p} | "
+                         f"{cell['trials_higher']} / {cell['trials_lower']} | "
+                         f"{'yes' if cell['within_noise'] else '**no**'} |")
     walls = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.0f} s" for k, v in row["population_seconds"].items())
                       for name, row in result["rows"].items())
-    lines += ["", f"{len(next(iter(result['rows'].values()))['trials'])} trials; mean ± std over trials; p: Fisher "
-              "randomization (paired sign-flip) test over (trial, test query) units for Warm/Cold and (trial, test "
-              f"session) discounted contributions for Cum-NDCG. Wall time of each row's populations: {walls}."]
+    verdict = ("every row is within noise" if result["within_noise"] else "not every row is within noise: "
+               + ", ".join(n for n, r in result["rows"].items() if not r["within_noise"]) + " moved")
+    commits = "; ".join(f"{k}: {', '.join(v)}" for k, v in result.get("commits", {}).items())
+    lines += ["", "Mean ± std over trials, trials paired by seed. Session / query level p: Fisher randomization "
+              "(paired sign-flip) test over (trial, test query) units for Warm/Cold and (trial, test session) "
+              "discounted contributions for Cum-NDCG (treats a trial's sessions as independent). Trial level p: the "
+              "same test over the per-trial differences of the trials' own figures (exact), and a paired t-test; "
+              "higher / lower: trials where B's figure is above / below A's.", "",
+              f"**Verdict** (rule: {result['rule']}): {verdict}.", "",
+              f"Commits that made the trials: {commits}. Wall time of each row's populations: {walls}."]
     return "\n".join(lines) + "\n"
+
+
+def p_text(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def smoke_runs(tmp: Path) -> tuple[Path, Path]:
@@ -108,7 +158,9 @@ def main(argv=None) -> dict:
     parser.add_argument("runs", nargs="*", type=Path, help="two run directories (A, B)")
     parser.add_argument("--labels", nargs=2, default=["A", "B"])
     parser.add_argument("--out", type=Path, default=None, help="where to write results.md/json (default: B)")
-    parser.add_argument("--permutations", type=int, default=10000)
+    parser.add_argument("--permutations", type=int, default=10000, help="sign patterns of the unit-level test")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="a metric is within noise when its trial-level sign-flip p is at least this")
     parser.add_argument("--smoke", action="store_true", help="compare two tiny runs made on the fly")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,14 +168,14 @@ def main(argv=None) -> dict:
         if len(runs) != 2:
             parser.error("give two run directories (or --smoke)")
         labels = tuple(args.labels)
-        result = compare(runs[0], runs[1], labels, 200 if args.smoke else args.permutations)
+        result = compare(runs[0], runs[1], labels, 200 if args.smoke else args.permutations, args.alpha)
         out = args.out or (Path(tmp) / "out" if args.smoke else runs[1])
         out.mkdir(parents=True, exist_ok=True)
         text = markdown(result, labels)
         atomic_write(out / "results.md", text)
         atomic_write(out / "results.json", json.dumps(result, indent=1))
     print(text)
-    print(json.dumps({"rows": len(result["rows"]), "out": str(out)}))
+    print(json.dumps({"rows": len(result["rows"]), "within_noise": result["within_noise"], "out": str(out)}))
     return result
 
 

@@ -213,7 +213,30 @@ def test_compare_runs_smoke(capsys):
         cell = row[metric]
         assert 0.0 < cell["p_value"] <= 1.0
         assert cell["mean_difference"] == pytest.approx(cell["B"]["mean"] - cell["A"]["mean"])
-    assert "| ebrank | Warm-NDCG@5 |" in out
+        # trial level, 2 trials paired by seed: the exact sign-flip p is 0.5 or 1, never below 0.05
+        assert cell["trial_p_value"] in (0.5, 1.0) and cell["within_noise"] is True
+        assert cell["trials_higher"] + cell["trials_lower"] <= 2
+        assert cell["trial_t_p_value"] is None or 0.0 <= cell["trial_t_p_value"] <= 1.0
+    assert row["within_noise"] is True and result["within_noise"] is True and result["alpha"] == 0.05
+    assert "| ebrank | 2 | Warm-NDCG@5 |" in out and "**Verdict** (rule: a metric is within noise when" in out
+
+
+def test_compare_runs_trial_level_test_and_verdict():
+    """The trial-level paired tests: exact sign-flip over per-trial differences, paired t beside it, the verdict."""
+    import numpy as np
+
+    from tests.scripts import load_script
+
+    trial_level = load_script("experiments/compare_runs.py").trial_level
+    a = np.arange(10, dtype=float)
+    moved = trial_level(a, a + 1.0 + 0.01 * np.arange(10), 0.05)  # every trial higher: p = 2 / 2^10
+    assert moved["trial_p_value"] == pytest.approx(2 / 1024) and moved["within_noise"] is False
+    assert moved["trials_higher"] == 10 and moved["trial_t_p_value"] < 1e-6
+    noise = trial_level(a, a + np.array([1, -1] * 5, dtype=float), 0.05)  # differences that cancel
+    assert noise["trial_p_value"] == pytest.approx(1.0) and noise["within_noise"] is True
+    assert noise["trials_higher"] == noise["trials_lower"] == 5 and noise["trial_t_p_value"] == pytest.approx(1.0)
+    same = trial_level(a, a.copy(), 0.05)
+    assert same["trial_p_value"] == 1.0 and same["trial_t_p_value"] == 1.0 and same["within_noise"] is True
 
 
 @pytest.mark.parametrize("probes", [
