@@ -7,6 +7,7 @@ single-member programs have the same shapes, so the second finds them in that ca
 
 import json
 import math
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -161,6 +162,50 @@ def test_compile_meter_reports_none_without_compile_events(monkeypatch):
     assert meter.seconds is None and meter.compiles is None and meter.cache_hits is None
     assert benchlib.minus(2.0, None) is None and benchlib.plus(1, None) is None and benchlib.ratio(None, 2) is None
     assert benchlib.minus(3.0, 1.0) == 2.0 and benchlib.plus(1, 2) == 3 and benchlib.ratio(1.0, 0.0) is None
+
+
+def test_baseline_smoke_runs_each_tree_with_its_own_code(tmp_path, capsys):
+    """benchmarks/baseline.py --smoke: a worktree of HEAD (history a clean clone has), the tiny command run in both
+    trees back to back, alternating, each importing ltrjax from its own tree; the worktree is removed after."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    out_dir = tmp_path / "out"
+    result, stdout = run_main("benchmarks/baseline.py", ["--smoke", "--json", "--out", str(out_dir)], capsys)
+    summary = last_json(stdout)
+    runs = result["runs"]
+    assert [(r["repeat"], r["label"]) for r in runs] == [(0, "baseline"), (0, "current"), (1, "current"),
+                                                         (1, "baseline")]
+    base_tree = Path(result["baseline"]["tree"])
+    for r in runs:
+        assert r["returncode"] == 0 and positive(r["wall_seconds"]) and r["peak_rss_bytes"] > 2 ** 20
+        tree = base_tree if r["label"] == "baseline" else ROOT
+        assert Path(r["json"]["ltrjax_file"]).resolve().is_relative_to(tree.resolve()), (r["label"], r["json"])
+        assert (Path(r["run_dir"]) / "stdout.txt").is_file()
+        assert Path(r["ltrjax_cache"]).name == f"{r['label']}-{r['repeat']}"  # --xla-cache fresh: one per run
+    assert result["baseline"]["commit"] == result["current"]["commit"] == summary["current_commit"]
+    assert summary["baseline_ratio"] == pytest.approx(statistics.median(summary["current_wall_seconds"])
+                                                      / statistics.median(summary["baseline_wall_seconds"]))
+    assert len(summary["pair_ratios"]) == 2 and all(positive(p) for p in summary["pair_ratios"])
+    assert positive(summary["peak_rss_ratio"])
+    for name in ("results.json", "results.md", "command.txt"):
+        assert (out_dir / name).is_file(), name
+    assert "baseline_ratio" in (out_dir / "results.md").read_text()
+    assert not base_tree.exists()  # the temporary worktree is gone
+    assert str(base_tree) not in subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
+                                                text=True).stdout
+
+
+def test_baseline_fails_clearly_when_the_baseline_refuses_the_command(tmp_path, capsys):
+    """A command one tree does not accept stops the script with that tree's named and its stderr's last lines."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    failing = ["-c", "import sys; sys.exit('unrecognized arguments: --cache-dir')"]
+    with pytest.raises(SystemExit) as exc:
+        run_main("benchmarks/baseline.py", ["--smoke", "--out", str(tmp_path), "--", *failing], capsys)
+    message = str(exc.value.code)
+    assert "failed in the baseline tree" in message and "unrecognized arguments: --cache-dir" in message
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert len(saved["runs"]) == 1 and saved["runs"][0]["returncode"] == 1 and saved["failed"]
 
 
 def test_gpu_check_script_parses():
