@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ltrjax.report import stats  # noqa: E402
 from ltrjax.report.online_report import METRICS, safe_name  # noqa: E402
+from ltrjax.record import protocol_of  # noqa: E402
 from ltrjax.report.results import atomic_write, same_protocol  # noqa: E402
 
 
@@ -42,6 +43,29 @@ def units(run: Path, name: str, trial: int, gamma: float) -> dict[str, np.ndarra
     with np.load(run / "arrays" / safe_name(name) / f"trial{trial}.npz") as z:
         return {"warm_ndcg": z["query_warm"].astype(np.float64), "cold_ndcg": z["query_cold"].astype(np.float64),
                 "cum_ndcg": stats.discounted_contributions(z["session_ndcg"].astype(np.float64), gamma)}
+
+
+PROTOCOL_KEYS = ("dataset", "sessions", "sim", "click_model")
+
+
+def protocol_check(a: dict, b: dict, labels: tuple[str, str]) -> dict:
+    """Refuses runs of different protocols (``PROTOCOL_KEYS`` of their headers; ``sim`` without its reporting
+    keys). A setting that only one run records (a ``sim`` key added by a later commit, e.g. ``segment_widths``)
+    is not a difference: it is returned, {"sim.segment_widths": {label: value}}, and reported with the results."""
+    only = {}
+    for key in PROTOCOL_KEYS:
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            if key == "sim":
+                va, vb = protocol_of(va), protocol_of(vb)
+            for k in sorted(va.keys() ^ vb.keys()):
+                lab, value = (labels[0], va[k]) if k in va else (labels[1], vb[k])
+                only[f"{key}.{k}"] = {lab: value}
+            common = va.keys() & vb.keys()
+            va, vb = {k: va[k] for k in common}, {k: vb[k] for k in common}
+        if not same_protocol(key, va, vb):
+            raise SystemExit(f"compare_runs: the runs differ in {key!r}: {va!r} vs {vb!r}")
+    return only
 
 
 def trial_level(va: np.ndarray, vb: np.ndarray, alpha: float) -> dict:
@@ -61,9 +85,7 @@ def trial_level(va: np.ndarray, vb: np.ndarray, alpha: float) -> dict:
 
 def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 10000, alpha: float = 0.05) -> dict:
     a, b = (json.loads((r / "results.json").read_text()) for r in (run_a, run_b))
-    for key in ("dataset", "sessions", "sim", "click_model"):
-        if not same_protocol(key, a.get(key), b.get(key)):
-            raise SystemExit(f"compare_runs: the runs differ in {key!r}: {a.get(key)!r} vs {b.get(key)!r}")
+    only = protocol_check(a, b, labels)
     gamma = float(a["sim"]["gamma"])
     rows = {}
     for name in [n for n in a["algorithms"] if n in b["algorithms"]]:
@@ -89,7 +111,7 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
                             for e in run["algorithms"].values() for t in e["trials"]})
                for lab, run in zip(labels, (a, b))}
     return {"runs": {labels[0]: str(run_a), labels[1]: str(run_b)}, "commits": made_by, "dataset": a["dataset"],
-            "sessions": a["sessions"], "alpha": alpha,
+            "sessions": a["sessions"], "recorded_by_one_run_only": only, "alpha": alpha,
             "rule": f"a metric is within noise when its trial-level paired sign-flip p >= {alpha:g} (two-sided, "
                     "over the per-trial differences of trials paired by seed); a row when all its metrics are",
             "within_noise": all(r["within_noise"] for r in rows.values()), "rows": rows}
@@ -125,6 +147,10 @@ def markdown(result: dict, labels: tuple[str, str]) -> str:
               "higher / lower: trials where B's figure is above / below A's.", "",
               f"**Verdict** (rule: {result['rule']}): {verdict}.", "",
               f"Commits that made the trials: {commits}. Wall time of each row's populations: {walls}."]
+    if result.get("recorded_by_one_run_only"):
+        lines += ["", "Settings only one run records (not compared): " + "; ".join(
+            f"`{k}` = {', '.join(f'{v!r} ({lab})' for lab, v in by.items())}"
+            for k, by in result["recorded_by_one_run_only"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 

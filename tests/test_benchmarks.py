@@ -284,6 +284,19 @@ def test_compare_runs_trial_level_test_and_verdict():
     assert same["trial_p_value"] == 1.0 and same["trial_t_p_value"] == 1.0 and same["within_noise"] is True
 
 
+def test_compare_runs_protocol_check_reports_settings_one_run_lacks():
+    """A sim key a later commit added (segment_widths) is reported, not a difference; a changed value is refused."""
+    from tests.scripts import load_script
+
+    check = load_script("experiments/compare_runs.py").protocol_check
+    old = {"dataset": "mq2008", "sessions": 100, "click_model": {"kind": "pbm"},
+           "sim": {"top_k": 5, "gamma": 0.995, "history_splits": "test"}}
+    new = {**old, "sim": {**old["sim"], "segment_widths": "phase", "history_splits": "all"}}
+    assert check(old, new, ("base", "head")) == {"sim.segment_widths": {"head": "phase"}}
+    with pytest.raises(SystemExit, match="differ in 'sim'"):
+        check(old, {**new, "sim": {**new["sim"], "top_k": 4}}, ("base", "head"))
+
+
 @pytest.mark.parametrize("probes", [
     ("position_rankings", "convergence", "linear", "oracle_o"),
     pytest.param(("oracle_features", "mlp"), marks=pytest.mark.slow),  # thin wrappers of compare(): ~30 s more
