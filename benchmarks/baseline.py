@@ -300,7 +300,17 @@ def summarize(runs: list[dict]) -> dict:
         by_repeat.setdefault(r["repeat"], {})[r["label"]] = r
     pairs = [ratio(p["current"]["wall_seconds"], p["baseline"]["wall_seconds"])
              for _, p in sorted(by_repeat.items()) if len(p) == 2]
-    return {"baseline_wall_seconds": walls["baseline"], "current_wall_seconds": walls["current"],
+    rows = {lab: next((r["run_record"]["rows"] for r in ok if r["label"] == lab and r.get("run_record")), None)
+            for lab in LABELS}
+    diffs = None
+    if rows["baseline"] and rows["current"]:  # the first run folder of each tree: did the results move?
+        diffs = {name: {m: abs(rows["current"][name][m] - v) for m, v in metrics.items()
+                        if isinstance(v, (int, float)) and isinstance(rows["current"][name].get(m), (int, float))}
+                 for name, metrics in rows["baseline"].items() if name in rows["current"]}
+    return {"row_metrics_abs_diff": diffs,
+            "row_metrics_max_abs_diff": max((d for row in diffs.values() for d in row.values()), default=None)
+            if diffs else None,
+            "baseline_wall_seconds": walls["baseline"], "current_wall_seconds": walls["current"],
             "baseline_ratio": ratio(median(walls["current"]), median(walls["baseline"])),
             "pair_ratios": pairs,
             "baseline_peak_rss_bytes": rss["baseline"], "current_peak_rss_bytes": rss["current"],
@@ -343,8 +353,14 @@ def markdown(result: dict) -> str:
     pairs = ", ".join(f"{p:.3f}" for p in s["pair_ratios"] if p is not None)
     lines += ["", f"**baseline_ratio** (median wall here / median wall at the baseline): "
               f"**{fmt(s['baseline_ratio'], '.3f')}** (per repeat: {pairs or '–'}); "
-              f"peak RSS ratio {fmt(s['peak_rss_ratio'], '.3f')}.", "",
-              "Peak RSS (largest process): `getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper that runs only the "
+              f"peak RSS ratio {fmt(s['peak_rss_ratio'], '.3f')}.", ""]
+    if s.get("row_metrics_abs_diff") is not None:
+        lines += [f"Rows' mean Cum/Warm/Cold-NDCG of the first run folder of each tree: largest absolute difference "
+                  f"{s['row_metrics_max_abs_diff']:.3g} ("
+                  + "; ".join(f"{name}: " + ", ".join(f"{m} {d:.3g}" for m, d in row.items())
+                              for name, row in s["row_metrics_abs_diff"].items())
+                  + "); `experiments/compare_runs.py` tests whether a difference is noise.", ""]
+    lines += ["Peak RSS (largest process): `getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper that runs only the "
               "command; peak tree RSS: the largest sum over the command's processes, sampled every 0.2 s. "
               "Each run's output: `runs/<tree>-<repeat>/`."]
     return "\n".join(lines) + "\n"
