@@ -435,8 +435,12 @@ def main(argv=None) -> dict:
             if not args.json:
                 print(f"[{label} {repeat}] {shlex.join(cmd)}", flush=True)
             record_path = run_dir / "measure.json"
-            subprocess.run([sys.executable, "-c", MEASURE, str(record_path), str(run_dir / "stdout.txt"),
-                            str(run_dir / "stderr.txt"), str(args.timeout), *cmd], cwd=tree, env=env, check=True)
+            wrapper = subprocess.run([sys.executable, "-c", MEASURE, str(record_path), str(run_dir / "stdout.txt"),
+                                      str(run_dir / "stderr.txt"), str(args.timeout), *cmd], cwd=tree, env=env,
+                                     capture_output=True, text=True)
+            if wrapper.returncode != 0 or not record_path.is_file():
+                failed = f"could not start {shlex.join(cmd)} in {tree}: {wrapper.stderr.strip()[-2000:]}"
+                break
             rec = json.loads(record_path.read_text())
             stdout = (run_dir / "stdout.txt").read_text(errors="replace")
             rec.update({"label": label, "repeat": repeat, "tree": str(tree), "run_dir": str(run_dir),
