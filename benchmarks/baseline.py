@@ -341,7 +341,7 @@ def markdown(result: dict) -> str:
             own = f"peak {gb(rec['peak_rss_bytes'])} GB"
             if rec.get("feature_bytes"):
                 own += (f" = {rec['peak_rss_bytes'] / rec['feature_bytes']:.2f}× the float32 features "
-                        f"({gb(rec['feature_bytes'])} GB)")
+                        f"({rec['feature_bytes'] / 1e6:.1f} MB)")
         if rec.get("wall_seconds") is not None:
             own = (own + "; " if own else "") + f"wall {rec['wall_seconds']:.1f} s"
         commit = (b if r["label"] == "baseline" else c)["commit"][:10]

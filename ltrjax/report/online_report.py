@@ -70,14 +70,18 @@ def run_summary(header: dict) -> str:
 
 
 def memory_phrase(header: dict) -> str:
-    """", peak resident memory X GB (R x the float32 feature matrix's Y GB)" from a run header
+    """", peak resident memory X GB (R× the float32 feature matrix's Y MB)" from a run header
     (``ltrjax.measure.memory_record``), or "" when the header has none."""
     peak, features = header.get("peak_rss_bytes"), header.get("feature_bytes")
     if not peak:
         return ""
-    text = f", peak resident memory {peak / 1e9:.2f} GB"
+
+    def size(n: int) -> str:
+        return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+    text = f", peak resident memory {size(peak)}"
     if features:
-        text += f" ({peak / features:.1f}× the float32 feature matrix's {features / 1e9:.2f} GB)"
+        text += f" ({peak / features:.1f}× the float32 feature matrix's {size(features)})"
     return text
 
 
