@@ -143,8 +143,8 @@ def markdown(result: dict, labels: tuple[str, str]) -> str:
     lines += ["", "Mean ± std over trials, trials paired by seed. Session / query level p: Fisher randomization "
               "(paired sign-flip) test over (trial, test query) units for Warm/Cold and (trial, test session) "
               "discounted contributions for Cum-NDCG (treats a trial's sessions as independent). Trial level p: the "
-              "same test over the per-trial differences of the trials' own figures (exact), and a paired t-test; "
-              "higher / lower: trials where B's figure is above / below A's.", "",
+              "same test over the per-trial differences of the trials' own figures (exact up to 16 trials), and a "
+              f"paired t-test; higher / lower: trials where {labels[1]}'s figure is above / below {labels[0]}'s.", "",
               f"**Verdict** (rule: {result['rule']}): {verdict}.", "",
               f"Commits that made the trials: {commits}. Wall time of each row's populations: {walls}."]
     if result.get("recorded_by_one_run_only"):
