@@ -50,11 +50,11 @@ def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
             return
         record.check_rows(out_dir, kind, {key: row_settings(run, key) for key in run.algorithms})
     elif kind == "offline_fidelity":
-        from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES
+        from ltrjax.offline_runner import FIDELITY_RESUME_IGNORES
 
-        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), FIDELITY_IGNORES)
+        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), FIDELITY_RESUME_IGNORES)
     else:
-        from ltrjax.offline.experiment import RESUME_IGNORES
+        from ltrjax.offline_runner import RESUME_IGNORES
 
         old = record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), RESUME_IGNORES)
         saved = ((old or {}).get("record") or {}).get("dataset")
@@ -94,9 +94,9 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
             return run_online(run, out_dir, queryset, on_accepted=accepted)
         accepted()
         if kind == "offline_fidelity":  # Vectorization / PRS fidelity (docs/fidelity.md)
-            from ltrjax.offline.fidelity_experiment import run_fidelity
+            from ltrjax.offline_runner import run_fidelity
 
             return run_fidelity(run, out_dir)
-        from ltrjax.offline.experiment import run_offline
+        from ltrjax.offline_runner import run_offline
 
         return run_offline(run, out_dir)

@@ -39,7 +39,7 @@ before = (matplotlib.get_backend(), jax.config.jax_compilation_cache_dir, jax.co
 import ltrjax
 for name in ltrjax.__all__:
     getattr(ltrjax, name)
-import ltrjax.runner, ltrjax.report.plots, ltrjax.report.online_report, ltrjax.experiment, ltrjax.offline.experiment
+import ltrjax.runner, ltrjax.report.plots, ltrjax.report.online_report, ltrjax.experiment, ltrjax.offline_runner
 after = (matplotlib.get_backend(), jax.config.jax_compilation_cache_dir, jax.config.jax_enable_x64,
          logging.getLogger().level, len(logging.getLogger().handlers), len(warnings.filters),
          logging.getLogger("jax._src.xla_bridge").level)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ltrjax.offline import experiment as E
+from ltrjax.offline_runner import experiment_config
 from ltrjax.offline import gbdt
 from ltrjax.offline.estimators import ClickBatch, Propensities, make_estimator
 from ltrjax.offline.evaluate import make_evaluator, make_validator, query_metrics
@@ -109,7 +110,7 @@ def test_tree_arrays_score_like_lightgbm():
 @pytest.fixture(scope="module")
 def toy_trial():
     qs = toy_queryset(n_queries=120, seed=5)
-    exp = E.experiment_config({"experiment": {
+    exp = experiment_config({"experiment": {
         "n_sessions": 20_000, "progress": False, "ranker": "lambdamart", "click_model": {"threshold": 2},
         "train": {"max_epochs": 40, "patience": 10}, "logging_chunk": 8192, "eval_buckets": 1}})
     return qs, exp, E.prepare_trial(qs, exp, 0)
@@ -157,7 +158,7 @@ def test_unknown_rankers_and_treeless_estimators_are_refused():
 
 
 def test_offline_fidelity_prs_part_with_trees_smoke(tmp_path):
-    from ltrjax.offline.fidelity_experiment import run_fidelity
+    from ltrjax.offline_runner import run_fidelity
 
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"],
                           "train": {"max_epochs": 8, "patience": 3},

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from ltrjax import runner
 from ltrjax.clicklog import read_click_log
-from ltrjax.offline.experiment import run_offline
+from ltrjax.offline_runner import run_offline
 from ltrjax.offline.toy import toy_queryset
 from ltrjax.online.simulator import Simulator
 from ltrjax.saved import load_model, model_path

@@ -60,8 +60,8 @@ CONFIG_NAMES = {"cfg", "ecfg", "scfg", "exp", "pop", "acfg", "config", "run", "t
 RESULT_NAMES = {"res", "result", "results", "old", "info", "i"}  # plain result dicts, not configs
 # the offline runner's functions: everything reads the typed OfflineConfig / FidelityConfig (experiment_config and
 # fidelity_config are the door of callers that pass plain mappings; they convert them once, restating no default)
-OFFLINE_RUNNERS = {"ltrjax/offline/experiment.py": ("run_offline", "load_queryset", "_run_trial", "finished_trials"),
-                   "ltrjax/offline/fidelity_experiment.py": ("run_fidelity",)}
+OFFLINE_RUNNERS = {"ltrjax/offline_runner.py": ("run_offline", "load_queryset", "_run_trial", "finished_trials",
+                                                "offline_markdown", "run_fidelity", "fidelity_header")}
 
 
 def _receiver(node: ast.AST) -> str:
