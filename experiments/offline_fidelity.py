@@ -38,7 +38,7 @@ def main(argv=None) -> dict:
     cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None
     if args.smoke:
-        from ltrjax.offline.toy import toy_queryset
+        from ltrjax.data.toy import toy_queryset
 
         cfg = OmegaConf.merge(cfg, {"experiment": SMOKE})
         queryset = toy_queryset(n_queries=60, seed=3)

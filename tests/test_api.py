@@ -13,7 +13,7 @@ import pytest
 import ltrjax
 from ltrjax.clicks import make_click_model
 from ltrjax.data.layout import pad_and_bucket
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.random_k import RandomK
 from ltrjax.online.simulator import SimConfig, Simulator, compiled

@@ -11,7 +11,7 @@ import pytest
 from ltrjax.clicklog import SCHEMA, ClickLog, ClickLogError, read_click_log, write_click_log
 from ltrjax.offline.click_data import click_training_data
 from ltrjax.offline_runner import run_offline
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 ESTIMATORS = ["naive", "ips", "prs", "dla", "pair_debias"]
 

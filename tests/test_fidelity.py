@@ -181,7 +181,7 @@ def test_every_estimator_of_a_fidelity_table_has_the_same_schedule(tmp_path):
     """Equal treatment (issue 20): every estimator of a table gets the same step budget, validation cadence and
     best-checkpoint rule, read back from the run's results (the schedules its fits ran under)."""
     from ltrjax.offline_runner import run_fidelity
-    from ltrjax.offline.toy import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
     cfg = {"experiment": {"trials": 1, "eval_buckets": 1, "parts": ["vectorization"],
                           "train": {"max_steps": 24, "eval_every_steps": 8},
@@ -359,7 +359,7 @@ def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
     estimated by result randomization, on the same boosting-round budget; the sweeps are saved before it."""
     pytest.importorskip("lightgbm")
     from ltrjax.offline_runner import run_fidelity
-    from ltrjax.offline.toy import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"], "randomization_sessions": 2000,
                           "prs": {"estimators": ["ips", "prs"], "max_steps": 8, "clicks_per_query": 10,

@@ -11,7 +11,7 @@ from ltrjax.offline.lists import bucket_queries, pad_queries
 from ltrjax.offline.logging import (LoggedLists, log_click_stats, log_sessions, reduce_sessions,
                                     reference_click_stats, reference_session_clicks,
                                     top_k_lists)
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 K = 10
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ltrjax import offline_runner as runner
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 
 def _cfg(trials, **extra):
