@@ -12,17 +12,6 @@ from ltrjax.schema import ResolvedRun, resolve, write_resolved_config
 log = logging.getLogger("ltrjax")
 
 
-def dataset_config(cfg: DictConfig):
-    """The run's dataset config; without ``+dataset=...`` the synthetic default (``registry.default_dataset``)."""
-    from ltrjax.data.registry import default_dataset
-
-    return cfg.dataset if cfg.get("dataset") is not None else default_dataset()
-
-
-def cache_dir(cfg: DictConfig) -> str | None:
-    return cfg.get("data", {}).get("cache_dir") or None
-
-
 def enable_compilation_cache(run: ResolvedRun) -> None:
     """Persist compiled XLA programs between runs (``jax.compilation_cache``), under the data cache's ``xla`` folder
     (``ltrjax.compile_cache``, the one switch every script uses), when ``jax.compilation_cache`` is on."""
