@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: the composed Hydra config, data, compile-time metering, timing, output.
+"""Helpers shared by the benchmark scripts: the composed Hydra config (typed: ``load_run``), data, compile-time metering, timing, output.
 
 Every script builds what ``python -m ltrjax.run`` builds (``conf/config.yaml`` composed with Hydra, the
 algorithm YAMLs through ``ltrjax.runner.make_policy``), so a benchmark measures the configured protocol and
@@ -31,6 +31,14 @@ def compose(overrides: list[str] | tuple[str, ...] = ()):
         return hydra_compose("config", overrides=list(overrides))
 
 
+def load_run(overrides: list[str] | tuple[str, ...] = ()):
+    """The typed run (``ltrjax.schema.ResolvedRun``: checked, every default filled in, the synthetic dataset without
+    ``+dataset``) of ``compose(overrides)``, as ``python -m ltrjax.run OVERRIDES`` resolves it."""
+    from ltrjax.schema import as_run
+
+    return as_run(compose(overrides))
+
+
 def algorithm_config(name: str):
     """``conf/algorithm/<name>.yaml`` with its ``defaults`` list resolved (``cftopk_concat``: cftopk + concat)."""
     from hydra import compose as hydra_compose
@@ -40,14 +48,14 @@ def algorithm_config(name: str):
         return hydra_compose(f"algorithm/{name}").algorithm
 
 
-def load_data(cfg):
-    """(query set, padded dataset) of ``cfg.dataset``, laid out as the runner does (``cfg.layout``)."""
+def load_data(run):
+    """(query set, padded dataset) of the typed run's dataset (``load_run``), laid out as the runner does
+    (``run.layout``), from the data cache ``run.data.cache_dir`` (as ``ltrjax.experiment.run_experiment``)."""
     from ltrjax.data.registry import load_dataset
-    from ltrjax.experiment import cache_dir, dataset_config
     from ltrjax.runner import padded_data
 
-    queryset = load_dataset(dataset_config(cfg), seed=int(cfg.seed), cache_dir=cache_dir(cfg))
-    return queryset, padded_data(cfg, queryset)
+    queryset = load_dataset(run.dataset, seed=run.seed, cache_dir=run.data.cache_dir or None)
+    return queryset, padded_data(run, queryset)
 
 
 # --smoke of the online benchmarks (sweep, end_to_end): 60 queries, 1,500 sessions in 2 segments, so the one

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine, ratio,  # noqa: E402
+from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, ratio,  # noqa: E402
                       online_overrides, prepare_sharing, use_compilation_cache)
 
 
@@ -40,14 +40,14 @@ def main(argv=None) -> dict:
     overrides = online_overrides(args)
     if args.epsilon is not None:
         overrides.append(f"algorithms.ebrank.epsilon={args.epsilon}")
-    cfg = compose(overrides + list(args.overrides))
+    cfg = load_run(overrides + list(args.overrides))
 
     tic = time.perf_counter()
     _, data = load_data(cfg)
     t_data = time.perf_counter() - tic
     sim = build_simulator(cfg, data)
-    acfg = cfg.algorithms.ebrank
-    policy, _ = make_policy("ebrank", acfg, data, cfg.get("fit_overrides"), "ebrank")
+    acfg = cfg.algorithms["ebrank"]
+    policy, _ = make_policy("ebrank", acfg, data, cfg.fit_overrides, "ebrank")
     with CompileMeter() as compile_meter:
         tic = time.perf_counter()
         result = sim.run(policy, trial_key(cfg, 0), progress=not args.json)

@@ -47,8 +47,8 @@ def main(argv=None):
     from ltrjax.clicks import make_click_model
     from ltrjax.compile_cache import enable_compilation_cache
     from ltrjax.offline.config import override
-    from ltrjax.offline.experiment import (experiment_config, load_queryset, run_dataset,
-                                           prepare_trial, run_setting)
+    from ltrjax.offline.experiment import prepare_trial, run_setting
+    from ltrjax.offline_runner import experiment_config, load_queryset, run_dataset
     from ltrjax.offline.logging import log_click_stats, log_sessions, reference_session_clicks
 
     if args.cache:

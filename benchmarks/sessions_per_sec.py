@@ -58,7 +58,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, Stopwatch, algorithm_config, call_by_name, compose,  # noqa: E402
+from benchlib import (CompileMeter, Stopwatch, algorithm_config, call_by_name, load_run,  # noqa: E402
                     add_cache_arguments, dataset_overrides, emit, load_data, machine, timed,
                     use_compilation_cache)
 
@@ -223,7 +223,7 @@ def main(argv=None) -> dict:
     overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
     if args.max_lanes:
         overrides.append(f"sim.max_lanes={args.max_lanes}")
-    cfg = compose(overrides + list(args.overrides))
+    cfg = load_run(overrides + list(args.overrides))
     queryset, data = load_data(cfg)
     n_updates = int(cfg.sim.n_updates)
 

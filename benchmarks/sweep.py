@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, add_online_arguments, compose, emit, load_data, machine, minus,  # noqa: E402
+from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, minus,  # noqa: E402
                       online_overrides, plus, prepare_sharing, ratio, use_compilation_cache)
 
 ALGORITHM = "ebrank"
@@ -47,7 +47,7 @@ def build(cfg, data):
     from ltrjax.runner import build_simulator, make_policy, result_name, tune_grid
 
     acfg = cfg.algorithms[ALGORITHM]
-    policy, tune = make_policy(result_name(ALGORITHM, acfg), acfg, data, cfg.get("fit_overrides"), ALGORITHM)
+    policy, tune = make_policy(result_name(ALGORITHM, acfg), acfg, data, cfg.fit_overrides, ALGORITHM)
     return build_simulator(cfg, data), policy, tune_grid(tune)
 
 
@@ -85,8 +85,8 @@ def main(argv=None) -> dict:
         args.seeds = min(args.seeds, 2)
     cache = use_compilation_cache(args)
     member_batch = [f"++algorithms.{ALGORITHM}.fit.member_batch={args.member_batch}"] if args.member_batch else []
-    cfg = compose(online_overrides(args) + member_batch + list(args.overrides))
-    tune_split = str(cfg.experiment.get("tune_split", "vali"))
+    cfg = load_run(online_overrides(args) + member_batch + list(args.overrides))
+    tune_split = cfg.experiment.tune_split
     tic = time.perf_counter()
     _, data = load_data(cfg)
     data_seconds = time.perf_counter() - tic

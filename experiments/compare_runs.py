@@ -161,10 +161,10 @@ def p_text(p: float) -> str:
 def smoke_runs(tmp: Path) -> tuple[Path, Path]:
     from hydra import compose, initialize_config_dir
 
+    from ltrjax.data.toy import toy_queryset
     from ltrjax.runner import run_online
-    from tests.toy_data import toy_queryset
 
-    queryset = toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=2)
+    queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
     out = []
     for label, batch in (("a", 32), ("b", 64)):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):

@@ -1,4 +1,5 @@
-"""Offline fidelity of Vectorization and PRS (issue 11; ``ltrjax.offline.fidelity_experiment``).
+"""Offline fidelity of Vectorization and PRS (issue 11; ``ltrjax.offline.fidelity_experiment``, run by
+``ltrjax.offline_runner.run_fidelity``).
 
     python experiments/offline_fidelity.py --dataset mq2008 --out outputs/fidelity_mq2008
     python experiments/offline_fidelity.py --dataset mq2008 experiment.trials=5 experiment.vector_eh.seeds=0
@@ -33,11 +34,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    from ltrjax.offline.fidelity_experiment import run_fidelity
+    from ltrjax.offline_runner import run_fidelity
     cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None
     if args.smoke:
-        from ltrjax.offline.toy import toy_queryset
+        from ltrjax.data.toy import toy_queryset
 
         cfg = OmegaConf.merge(cfg, {"experiment": SMOKE})
         queryset = toy_queryset(n_queries=60, seed=3)

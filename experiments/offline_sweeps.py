@@ -167,8 +167,10 @@ def main(argv=None):
     args.trials = args.trials or 5
 
     from ltrjax.offline.config import as_mapping, override
-    from ltrjax.offline.experiment import (_jsonable, experiment_config, load_queryset, prepare_trial, run_dataset,
-                                           run_setting, summarize)
+    from ltrjax.offline.experiment import METRICS, prepare_trial, run_setting
+    from ltrjax.offline_runner import experiment_config, load_queryset, run_dataset
+    from ltrjax.record import jsonable
+    from ltrjax.report.offline_tables import summarize
 
     spec = SWEEPS[args.sweep]
     cfg = compose(args.dataset, args.overrides)
@@ -185,15 +187,15 @@ def main(argv=None):
     ref_names = args.references.split(",") if args.references else spec.get("references")
     if ref_names:
         rows = [run_setting(tr, base, ref_names, log=lambda *_: None) for tr in trials]
-        refs = summarize(rows, ref_names)
+        refs = summarize(rows, ref_names, METRICS)
     table, clicks = {}, {}
     for x in tqdm(values, desc=args.sweep):
         exp = override(base, _nested(spec["key"], x))
         rows = [run_setting(tr, exp, estimators, log=lambda *_: None) for tr in trials]
-        table[x] = summarize(rows, estimators)
+        table[x] = summarize(rows, estimators, METRICS)
         clicks[x] = float(np.mean([r["_logging"]["clicks"] for r in rows if "_logging" in r]))
         print(f"{spec['key']}={x}: " + ", ".join(f"{n} {e['ndcg@10']:.4f}" for n, e in table[x].items()), flush=True)
-        (out / f"{args.sweep}.json").write_text(json.dumps(_jsonable(
+        (out / f"{args.sweep}.json").write_text(json.dumps(jsonable(
             {"sweep": args.sweep, "key": spec["key"], "dataset": qs.name, "trials": args.trials, "config": as_mapping(base),
              "table": {str(k): v for k, v in table.items()}, "references": refs, "clicks": clicks}), indent=1))
         (out / f"{args.sweep}.md").write_text(markdown(args.sweep, spec["key"], table, refs, clicks))

@@ -44,7 +44,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="a tiny run (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    from ltrjax.offline.experiment import run_offline
+    from ltrjax.offline_runner import run_offline
 
     dataset = args.dataset or (SMOKE_DATASET if args.smoke else "mq2008")
     cfg = compose(dataset, (SMOKE if args.smoke else []) + args.overrides)

@@ -178,7 +178,7 @@ class OfflineSettings:
     progress: bool = False
 
     def experiment(self) -> dict:
-        """The ``experiment`` mapping of ``ltrjax.offline.experiment.run_offline``."""
+        """The ``experiment`` mapping of ``ltrjax.offline_runner.run_offline``."""
         exp = dataclasses.asdict(self)
         exp.update(estimators=list(self.estimators), hidden=list(self.hidden), click_model=dict(self.click_model),
                    estimator_options={k: dict(v) for k, v in self.estimator_options.items()})
@@ -190,7 +190,7 @@ def train_offline(queryset: QuerySet, click_log: ClickLog | str | Path | None = 
     """Train and evaluate ``settings.estimators`` on ``queryset`` from ``click_log`` (a ``ClickLog`` or a
     Parquet file; None: simulate the logging), writing results.json, results.md and the saved models
     into ``out_dir`` (a temporary folder when None). Returns the results mapping of ``run_offline``."""
-    from ltrjax.offline.experiment import run_offline
+    from ltrjax.offline_runner import run_offline
 
     with tempfile.TemporaryDirectory(prefix="ltrjax-offline-") as tmp:
         out = Path(out_dir) if out_dir is not None else Path(tmp)

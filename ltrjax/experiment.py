@@ -12,17 +12,6 @@ from ltrjax.schema import ResolvedRun, resolve, write_resolved_config
 log = logging.getLogger("ltrjax")
 
 
-def dataset_config(cfg: DictConfig):
-    """The run's dataset config; without ``+dataset=...`` the synthetic default (``registry.default_dataset``)."""
-    from ltrjax.data.registry import default_dataset
-
-    return cfg.dataset if cfg.get("dataset") is not None else default_dataset()
-
-
-def cache_dir(cfg: DictConfig) -> str | None:
-    return cfg.get("data", {}).get("cache_dir") or None
-
-
 def enable_compilation_cache(run: ResolvedRun) -> None:
     """Persist compiled XLA programs between runs (``jax.compilation_cache``), under the data cache's ``xla`` folder
     (``ltrjax.compile_cache``, the one switch every script uses), when ``jax.compilation_cache`` is on."""
@@ -50,11 +39,11 @@ def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
             return
         record.check_rows(out_dir, kind, {key: row_settings(run, key) for key in run.algorithms})
     elif kind == "offline_fidelity":
-        from ltrjax.offline.fidelity_experiment import RESUME_IGNORES as FIDELITY_IGNORES
+        from ltrjax.offline_runner import FIDELITY_RESUME_IGNORES
 
-        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), FIDELITY_IGNORES)
+        record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), FIDELITY_RESUME_IGNORES)
     else:
-        from ltrjax.offline.experiment import RESUME_IGNORES
+        from ltrjax.offline_runner import RESUME_IGNORES
 
         old = record.check_experiment(out_dir, kind, record.jsonable(as_mapping(run.experiment)), RESUME_IGNORES)
         saved = ((old or {}).get("record") or {}).get("dataset")
@@ -94,9 +83,9 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
             return run_online(run, out_dir, queryset, on_accepted=accepted)
         accepted()
         if kind == "offline_fidelity":  # Vectorization / PRS fidelity (docs/fidelity.md)
-            from ltrjax.offline.fidelity_experiment import run_fidelity
+            from ltrjax.offline_runner import run_fidelity
 
             return run_fidelity(run, out_dir)
-        from ltrjax.offline.experiment import run_offline
+        from ltrjax.offline_runner import run_offline
 
         return run_offline(run, out_dir)

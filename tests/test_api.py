@@ -13,7 +13,7 @@ import pytest
 import ltrjax
 from ltrjax.clicks import make_click_model
 from ltrjax.data.layout import pad_and_bucket
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.random_k import RandomK
 from ltrjax.online.simulator import SimConfig, Simulator, compiled
@@ -39,7 +39,7 @@ before = (matplotlib.get_backend(), jax.config.jax_compilation_cache_dir, jax.co
 import ltrjax
 for name in ltrjax.__all__:
     getattr(ltrjax, name)
-import ltrjax.runner, ltrjax.report.plots, ltrjax.report.online_report, ltrjax.experiment, ltrjax.offline.experiment
+import ltrjax.runner, ltrjax.report.plots, ltrjax.report.online_report, ltrjax.experiment, ltrjax.offline_runner
 after = (matplotlib.get_backend(), jax.config.jax_compilation_cache_dir, jax.config.jax_enable_x64,
          logging.getLogger().level, len(logging.getLogger().handlers), len(warnings.filters),
          logging.getLogger("jax._src.xla_bridge").level)

@@ -125,7 +125,7 @@ def test_sim_top_k_above_the_longest_list_is_refused():
 
 def test_buckets_are_at_least_top_k_wide():
     from ltrjax.data.layout import pad_and_bucket
-    from ltrjax.offline.toy import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
     qs = toy_queryset(n_queries=80, docs=(6, 60), seed=0)
     narrow = pad_and_bucket(qs, 4, single_bucket_cells=0)

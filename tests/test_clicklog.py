@@ -10,8 +10,8 @@ import pytest
 
 from ltrjax.clicklog import SCHEMA, ClickLog, ClickLogError, read_click_log, write_click_log
 from ltrjax.offline.click_data import click_training_data
-from ltrjax.offline.experiment import run_offline
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.offline_runner import run_offline
+from ltrjax.data.toy import toy_queryset
 
 ESTIMATORS = ["naive", "ips", "prs", "dla", "pair_debias"]
 
@@ -126,7 +126,7 @@ def test_sessions_must_match_the_dataset(tmp_path):
 
 def test_top_level_click_log_keys_reach_the_offline_experiment():
     """`python -m ltrjax.run experiment=offline click_log=PATH save_click_logs=true` sets top-level keys."""
-    from ltrjax.offline.experiment import experiment_config
+    from ltrjax.offline_runner import experiment_config
 
     exp = experiment_config({"click_log": "log.parquet", "save_click_logs": True,
                              "experiment": {"trials": None, "seed": None, "progress": None}})

@@ -195,9 +195,9 @@ def test_every_shipped_algorithm_config_validates():
 def test_make_policy_and_make_hyper_check_values():
     from ltrjax.data.layout import pad_and_bucket
     from ltrjax.runner import make_policy
-    from tests.toy_data import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
-    data = pad_and_bucket(toy_queryset(), 1)
+    data = pad_and_bucket(toy_queryset(n_queries=40, n_features=6, docs=(6, 30), y_max=2, recipe="latent"), 1)
     acfg = OmegaConf.load(CONF / "algorithm" / "ebrank.yaml")
     with pytest.raises(ConfigError, match="algorithms.ebrank.betta"):
         make_policy("ebrank", OmegaConf.merge(acfg, {"betta": 2.0}), data)
@@ -324,9 +324,10 @@ def test_fit_overrides_that_match_nothing_warn(caplog):
 def test_only_bm25_rows_without_bm25_is_refused():
     from ltrjax.data.layout import pad_and_bucket
     from ltrjax.runner import bm25_fallback
-    from tests.toy_data import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
-    qs = dataclasses.replace(toy_queryset(), bm25_column=-1)
+    qs = dataclasses.replace(toy_queryset(n_queries=40, n_features=6, docs=(6, 30), y_max=2, recipe="latent"),
+                             bm25_column=-1)
     overrides = ["+dataset=letor", "dataset.path=x", "+experiment.only=[bm25]"]
     with pytest.raises(ConfigError, match="experiment.only"):
         bm25_fallback(validate(composed(*overrides), overrides), pad_and_bucket(qs, 1))

@@ -26,7 +26,7 @@ from tests.reference.online_loop import (
     run_reference,
     shared_policy_noise,
 )
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
 N_FEATURES = 5
@@ -37,8 +37,8 @@ CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, entry
 
 @pytest.fixture(scope="module")
 def toy():
-    data = pad_and_bucket(toy_queryset(n_queries=30, min_docs=6, max_docs=20, n_features=N_FEATURES, seed=3),
-                          n_buckets=1)
+    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=N_FEATURES, docs=(6, 20), y_max=2, seed=3,
+                                       recipe="latent"), n_buckets=1)
     sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
                     warmup_policy=BM25(data))
     return data, sim

@@ -11,7 +11,7 @@ from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONFIG = SimConfig(sessions=6000, warmup_sessions_per_query=0, n_updates=2, entry_prob=0.0, min_lanes=4,
                    lanes_per_query=0.3, click_rng="device")
@@ -19,7 +19,7 @@ CONFIG = SimConfig(sessions=6000, warmup_sessions_per_query=0, n_updates=2, entr
 
 @pytest.fixture(scope="module")
 def setup():
-    qs = toy_queryset(n_queries=30, min_docs=6, max_docs=12, n_features=5, seed=4)
+    qs = toy_queryset(n_queries=30, n_features=5, docs=(6, 12), y_max=2, seed=4, recipe="latent")
     data = pad_and_bucket(qs, n_buckets=1)
     model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)
     return data, model

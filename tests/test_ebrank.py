@@ -25,7 +25,7 @@ from ltrjax.online.policies.ebrank import (
 )
 from ltrjax.online.simulator import SimConfig, Simulator
 from ltrjax.online.state import DocCounters
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 N_FEATURES = 4
 
@@ -158,7 +158,8 @@ def test_beta_statistics_and_unknown_statistic():
     assert beta_statistics("ips", 1, 2, 3, 4) == (2, 3, 4)
     with pytest.raises(ValueError):
         beta_statistics("clicks", 1, 2, 3, 4)
-    data = pad_and_bucket(toy_queryset(n_queries=6, n_features=N_FEATURES, seed=1), n_buckets=1)
+    data = pad_and_bucket(toy_queryset(n_queries=6, n_features=N_FEATURES, docs=(6, 30), y_max=2, seed=1,
+                                       recipe="latent"), n_buckets=1)
     with pytest.raises(ValueError):
         EBRank(data, statistic="clicks")
 
@@ -166,7 +167,7 @@ def test_beta_statistics_and_unknown_statistic():
 # --------------------------------------------------------------------------- scores
 @pytest.fixture(scope="module")
 def toy():
-    qs = toy_queryset(n_queries=24, min_docs=6, max_docs=14, n_features=N_FEATURES, seed=5)
+    qs = toy_queryset(n_queries=24, n_features=N_FEATURES, docs=(6, 14), y_max=2, seed=5, recipe="latent")
     return pad_and_bucket(qs, n_buckets=1)
 
 

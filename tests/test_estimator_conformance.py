@@ -19,6 +19,7 @@ import pytest
 
 from ltrjax.data.synthetic import SyntheticParams, generate_synthetic
 from ltrjax.offline import experiment as E
+from ltrjax.offline_runner import experiment_config
 from ltrjax.offline.config import override
 from ltrjax.offline.estimators import ALL_ESTIMATORS
 
@@ -55,7 +56,7 @@ EXPERIMENT = {
 @functools.lru_cache(maxsize=None)
 def _trial(shape: str, seed: int):
     qs = generate_synthetic(SHAPES[shape], seed=seed)
-    exp = E.experiment_config({"experiment": EXPERIMENT})
+    exp = experiment_config({"experiment": EXPERIMENT})
     return E.prepare_trial(qs, exp, seed), exp
 
 

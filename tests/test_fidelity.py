@@ -55,7 +55,8 @@ def test_matrix_click_model_draws_the_matrix_rates():
 
 def test_matrix_propensities_recover_theta_of_a_pbm_matrix():
     """For M = g(y) theta_k (d = 1) the CTR ratio the estimators are told is exactly theta_k / theta_1."""
-    from ltrjax.offline.experiment import estimator_propensities, experiment_config
+    from ltrjax.offline.experiment import estimator_propensities
+    from ltrjax.offline_runner import experiment_config
     from ltrjax.offline.logging import LoggedLists
 
     m = F.vector_eh(1)
@@ -179,8 +180,8 @@ def test_offline_fidelity_smoke(tmp_path):
 def test_every_estimator_of_a_fidelity_table_has_the_same_schedule(tmp_path):
     """Equal treatment (issue 20): every estimator of a table gets the same step budget, validation cadence and
     best-checkpoint rule, read back from the run's results (the schedules its fits ran under)."""
-    from ltrjax.offline.fidelity_experiment import run_fidelity
-    from ltrjax.offline.toy import toy_queryset
+    from ltrjax.offline_runner import run_fidelity
+    from ltrjax.data.toy import toy_queryset
 
     cfg = {"experiment": {"trials": 1, "eval_buckets": 1, "parts": ["vectorization"],
                           "train": {"max_steps": 24, "eval_every_steps": 8},
@@ -327,7 +328,7 @@ def test_beds_and_experiment_pass_the_bed_to_the_checks(monkeypatch, tmp_path):
     weight, seeds from first_seed) without training anything here."""
     from omegaconf import OmegaConf
 
-    from ltrjax.offline import fidelity_experiment as FE
+    from ltrjax import offline_runner
 
     tb = F.BEDS["confounded_mlp"]
     assert tb.over() == {"ranker": "mlp", "logging_boost": {"column": 8, "weight": 1.5}}
@@ -348,7 +349,7 @@ def test_beds_and_experiment_pass_the_bed_to_the_checks(monkeypatch, tmp_path):
         **OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "experiment" / "offline_fidelity.yaml")),
         "vectorization": {"settings": []}, "prs": {"estimators": []},
         "vector_eh": {"seeds": 2, "first_seed": 7, "n_queries": 25, "dims": [3]}}})
-    FE.run_fidelity(cfg, tmp_path, queryset=tb.queryset(30))
+    offline_runner.run_fidelity(cfg, tmp_path, queryset=tb.queryset(30))
     assert seen["seeds"] == [7, 8] and seen["n_queries"] == 25 and seen["junk"] == 0.3 and seen["dims"] == (3,)
     assert seen["over"]["ranker"] == "mlp" and seen["over"]["logging_boost"]["weight"] == 1.5
 
@@ -357,8 +358,8 @@ def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
     """PRS Table 1's analogue: prs_lambda against ips_lambda (Unbiased LambdaMART), both LightGBM trees told theta
     estimated by result randomization, on the same boosting-round budget; the sweeps are saved before it."""
     pytest.importorskip("lightgbm")
-    from ltrjax.offline.fidelity_experiment import run_fidelity
-    from ltrjax.offline.toy import toy_queryset
+    from ltrjax.offline_runner import run_fidelity
+    from ltrjax.data.toy import toy_queryset
 
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"], "randomization_sessions": 2000,
                           "prs": {"estimators": ["ips", "prs"], "max_steps": 8, "clicks_per_query": 10,

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from ltrjax.offline import experiment as E
+from ltrjax.offline_runner import experiment_config
 from ltrjax.offline import gbdt
 from ltrjax.offline.estimators import ClickBatch, Propensities, make_estimator
 from ltrjax.offline.evaluate import make_evaluator, make_validator, query_metrics
 from ltrjax.offline.rankers import make_scorer
 from ltrjax.offline.train import TrainConfig, fit
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 lgb = pytest.importorskip("lightgbm")
 
@@ -108,8 +109,8 @@ def test_tree_arrays_score_like_lightgbm():
 
 @pytest.fixture(scope="module")
 def toy_trial():
-    qs = toy_queryset(n_queries=120, seed=5)
-    exp = E.experiment_config({"experiment": {
+    qs = toy_queryset(n_queries=120, n_features=6, docs=(6, 30), y_max=2, seed=5, recipe="latent")
+    exp = experiment_config({"experiment": {
         "n_sessions": 20_000, "progress": False, "ranker": "lambdamart", "click_model": {"threshold": 2},
         "train": {"max_epochs": 40, "patience": 10}, "logging_chunk": 8192, "eval_buckets": 1}})
     return qs, exp, E.prepare_trial(qs, exp, 0)
@@ -157,14 +158,15 @@ def test_unknown_rankers_and_treeless_estimators_are_refused():
 
 
 def test_offline_fidelity_prs_part_with_trees_smoke(tmp_path):
-    from ltrjax.offline.fidelity_experiment import run_fidelity
+    from ltrjax.offline_runner import run_fidelity
 
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"],
                           "train": {"max_epochs": 8, "patience": 3},
                           "prs": {"ranker": "lambdamart", "estimators": ["naive", "ips", "pns", "prs"],
                                   "clicks_per_query": 20, "click_sweep": [20], "noise": [0.0, 0.1],
                                   "assumed_eta": [1.0, 2.0], "table1": False}}}
-    res = run_fidelity(cfg, tmp_path, queryset=toy_queryset(n_queries=50, seed=3), log=lambda *a: None)
+    qs = toy_queryset(n_queries=50, n_features=6, docs=(6, 30), y_max=2, seed=3, recipe="latent")
+    res = run_fidelity(cfg, tmp_path, queryset=qs, log=lambda *a: None)
     measured = [c for c in res["claims"] if c["paper"] == "PRS" and c["verdict"] != "untestable"]
     assert [c["id"] for c in measured] == ["prs_gt_ips", "prs_gt_pns", "prs_ips_gap_vs_noise", "prs_ips_gap_vs_eta"]
     assert all("lambdamart" in c["setting"] for c in measured)

@@ -8,9 +8,9 @@ import numpy as np
 
 from ltrjax.offline.estimators import LabeledBatch, make_estimator
 from ltrjax.offline.evaluate import make_evaluator, make_validator
-from ltrjax.offline.experiment import run_offline
+from ltrjax.offline_runner import run_offline
 from ltrjax.offline.lists import bucket_queries, pad_queries
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 from ltrjax.offline.train import TrainConfig, fit
 
 

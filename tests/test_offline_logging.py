@@ -11,7 +11,7 @@ from ltrjax.offline.lists import bucket_queries, pad_queries
 from ltrjax.offline.logging import (LoggedLists, log_click_stats, log_sessions, reduce_sessions,
                                     reference_click_stats, reference_session_clicks,
                                     top_k_lists)
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 K = 10
 
@@ -128,7 +128,8 @@ def test_buckets_cover_every_query_once():
 def test_logging_boost_reorders_by_the_boosted_feature_only_when_asked():
     """``logging_boost``: weight 0 keeps the production scores; a large weight ranks every query by the feature
     (NumPy reference: the z-scored column); a column outside the features is refused."""
-    from ltrjax.offline.experiment import experiment_config, logging_scores
+    from ltrjax.offline.experiment import logging_scores
+    from ltrjax.offline_runner import experiment_config
 
     def boost(column, weight):
         return experiment_config({"logging_boost": {"column": column, "weight": weight}})

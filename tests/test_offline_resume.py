@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ltrjax.offline import experiment
-from ltrjax.offline.toy import toy_queryset
+from ltrjax import offline_runner as runner
+from ltrjax.data.toy import toy_queryset
 
 
 def _cfg(trials, **extra):
@@ -17,22 +17,22 @@ def _cfg(trials, **extra):
 
 def test_offline_rerun_skips_finished_trials(tmp_path, monkeypatch):
     qs = toy_queryset(n_queries=60, seed=3)
-    experiment.run_offline(_cfg(1), tmp_path / "run", queryset=qs)
+    runner.run_offline(_cfg(1), tmp_path / "run", queryset=qs)
     first = json.loads((tmp_path / "run" / "results.json").read_text())
     seeds = []
-    original = experiment.prepare_trial
-    monkeypatch.setattr(experiment, "prepare_trial", lambda q, e, seed: seeds.append(seed) or original(q, e, seed))
-    resumed = experiment.run_offline(_cfg(2), tmp_path / "run", queryset=qs)
+    original = runner.prepare_trial
+    monkeypatch.setattr(runner, "prepare_trial", lambda q, e, seed: seeds.append(seed) or original(q, e, seed))
+    resumed = runner.run_offline(_cfg(2), tmp_path / "run", queryset=qs)
     assert seeds == [1]  # trial 0 (seed 0) was not run again
     assert resumed["algorithms"]["ips"]["trials"][0] == first["algorithms"]["ips"]["trials"][0]
     assert [info["seed"] for info in resumed["trials_info"]] == [0, 1]
     assert (tmp_path / "run" / "models" / "ips" / "trial1.msgpack").exists()
-    fresh = experiment.run_offline(_cfg(2), tmp_path / "fresh", queryset=qs)
+    fresh = runner.run_offline(_cfg(2), tmp_path / "fresh", queryset=qs)
     for name in ("ips", "production"):
         assert [t["ndcg@10"] for t in resumed["algorithms"][name]["trials"]] == \
             [t["ndcg@10"] for t in fresh["algorithms"][name]["trials"]]
     seeds.clear()
-    experiment.run_offline(_cfg(2), tmp_path / "run", queryset=qs)  # everything finished: nothing runs
+    runner.run_offline(_cfg(2), tmp_path / "run", queryset=qs)  # everything finished: nothing runs
     assert seeds == []
     with pytest.raises(ValueError, match="experiment.n_sessions: 5000 → 6000.*another folder"):
-        experiment.run_offline(_cfg(2, n_sessions=6_000), tmp_path / "run", queryset=qs)
+        runner.run_offline(_cfg(2, n_sessions=6_000), tmp_path / "run", queryset=qs)

@@ -22,7 +22,7 @@ from ltrjax.online.schedule import update_points
 from ltrjax.online.simulator import SimConfig, Simulator, policy_key, resolve_hyper, trial_keys
 from ltrjax.online.state import DocCounters
 from tests.reference.online_loop import reference_warmup, run_sessions
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
 N_FEATURES = 5
@@ -38,8 +38,8 @@ CONFIG = SimConfig(sessions=500, warmup_sessions_per_query=3, n_updates=3, entry
 
 @pytest.fixture(scope="module")
 def toy():
-    data = pad_and_bucket(toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=N_FEATURES, seed=5),
-                          n_buckets=1)
+    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=N_FEATURES, docs=(6, 14), y_max=2, seed=5,
+                                       recipe="latent"), n_buckets=1)
     sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
                     warmup_policy=BM25(data))
     return data, sim

@@ -12,7 +12,7 @@ from ltrjax import runner
 from ltrjax.online.simulator import Simulator
 from ltrjax.report.online_report import safe_name
 from ltrjax.runner import result_name
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -63,7 +63,7 @@ def table_cfg():
 
 
 def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
-    queryset = toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=2)
+    queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
     objective = runner.run_online(table_cfg, tmp_path, queryset)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["algorithms"]) == {"bm25", "cftopk@concat", "ebrank"}
@@ -127,7 +127,7 @@ def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch)
     """ebrank_wo_explore is EBRank's epsilon=0 grid member (same class, options, trial keys): the runner simulates
     it once and reuses it; the reused row equals that row run on its own, and a row whose options differ (beta)
     is simulated."""
-    queryset = toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=2)
+    queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
     cfg = OmegaConf.merge(table_cfg, {"trials": 1})
     OmegaConf.set_struct(cfg, False)
     ebrank = cfg.algorithms.ebrank

@@ -14,7 +14,7 @@ from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
                                     width_ladder)
 from ltrjax.online.simulator import SimConfig, Simulator, fitted_lanes
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 
 def test_entered_counts_by_hand():
@@ -61,7 +61,7 @@ def test_fitted_lanes_are_the_fewest_that_fit():
 
 @pytest.fixture(scope="module")
 def sim():
-    qs = toy_queryset(n_queries=24, min_docs=40, max_docs=90, n_features=4, seed=5)
+    qs = toy_queryset(n_queries=24, n_features=4, docs=(40, 90), y_max=2, seed=5, recipe="latent")
     data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
     config = SimConfig(sessions=600, warmup_sessions_per_query=2, n_updates=4, entry_prob=0.5, min_lanes=16,
                        lanes_per_query=0.5)

@@ -12,7 +12,7 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.runner import make_policy, tune_grid
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator, compiled
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ALGORITHMS = sorted(p.stem for p in (CONF / "algorithm").glob("*.yaml"))
@@ -20,7 +20,8 @@ ALGORITHMS = sorted(p.stem for p in (CONF / "algorithm").glob("*.yaml"))
 
 @pytest.fixture(scope="module")
 def sim():
-    data = pad_and_bucket(toy_queryset(n_queries=30, min_docs=6, max_docs=14, n_features=5, seed=1), n_buckets=1)
+    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=1, recipe="latent"),
+                          n_buckets=1)
     config = SimConfig(sessions=300, warmup_sessions_per_query=2, n_updates=3, min_lanes=4)
     return Simulator(data, clicks.make_click_model({"kind": "pbm"}, 5), config, warmup_policy=BM25(data))
 

@@ -19,7 +19,7 @@ from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.policies.ucbrank import UCBRank
 from ltrjax.online.simulator import SPLITS, SimConfig, Simulator, compiled
 from ltrjax.online.state import to_entry_order
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 # 6 refreshes, 3 models: retrains after segments 1 and 3, refreshes without a retrain in between
 CONFIG = SimConfig(sessions=360, warmup_sessions_per_query=2, n_updates=3, refreshes=6, entry_prob=0.5,
@@ -30,7 +30,7 @@ ATOL = 1e-5  # float metrics; shown lists, clicks and counters must be equal
 
 @pytest.fixture(scope="module")
 def sim():
-    qs = toy_queryset(n_queries=30, min_docs=6, max_docs=24, n_features=4, seed=3)
+    qs = toy_queryset(n_queries=30, n_features=4, docs=(6, 24), y_max=2, seed=3, recipe="latent")
     data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
     assert len(data.buckets) == 2  # members' plans differ per bucket too
     return Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
@@ -273,7 +273,7 @@ def test_test_only_history_equals_evaluating_every_split(sim, ebrank):
 def test_narrowed_rows_equal_full_rows():
     """A policy with ``narrow_rows`` advances only the entry slots documents can reach in the run
     (``step.narrow_segment``): the same run with every slot gives the same sessions, counters and metrics."""
-    qs = toy_queryset(n_queries=24, min_docs=40, max_docs=90, n_features=4, seed=5)
+    qs = toy_queryset(n_queries=24, n_features=4, docs=(40, 90), y_max=2, seed=5, recipe="latent")
     data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
     config = SimConfig(sessions=300, warmup_sessions_per_query=2, n_updates=2, entry_prob=0.5, min_lanes=4,
                        lanes_per_query=0.3)

@@ -163,7 +163,7 @@ def test_fidelity_rerun_with_other_settings_is_refused_before_loading_data(tmp_p
     from omegaconf import OmegaConf
 
     from ltrjax.offline.config import as_mapping
-    from ltrjax.offline.fidelity_experiment import fidelity_config
+    from ltrjax.offline_runner import fidelity_config
 
     out = tmp_path / "fidelity"
     out.mkdir()

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from ltrjax import runner
 from ltrjax.clicklog import read_click_log
-from ltrjax.offline.experiment import run_offline
-from ltrjax.offline.toy import toy_queryset
+from ltrjax.offline_runner import run_offline
+from ltrjax.data.toy import toy_queryset
 from ltrjax.online.simulator import Simulator
 from ltrjax.saved import load_model, model_path
 from ltrjax.score import letor_queryset, main as score_main, online_policy, score_queryset

@@ -6,7 +6,7 @@ import pytest
 
 from ltrjax.data.layout import bucket_widths, pad_and_bucket, padded_cells
 from ltrjax.online.schedule import draw_sessions, lane_schedule, padded_steps, update_points
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 
 def _check_schedule(rows, n_lanes):
@@ -92,7 +92,7 @@ def test_draw_sessions():
 # --------------------------------------------------------------------------- layout
 @pytest.mark.parametrize("n_buckets", [1, 3])
 def test_pad_and_bucket_recovers_every_query(n_buckets):
-    qs = toy_queryset(n_queries=30, min_docs=5, max_docs=60, n_features=4, seed=1)
+    qs = toy_queryset(n_queries=30, n_features=4, docs=(5, 60), y_max=2, seed=1, recipe="latent")
     data = pad_and_bucket(qs, n_buckets=n_buckets)
     sizes = np.diff(qs.query_offsets)
     assert data.n_queries == 30 and data.n_features == 4 and data.y_max == qs.y_max

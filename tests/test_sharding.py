@@ -17,9 +17,9 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.simulator import SimConfig, Simulator
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
-qs = toy_queryset(n_queries=36, min_docs=6, max_docs=30, n_features=6, seed=3)
+qs = toy_queryset(n_queries=36, n_features=6, docs=(6, 30), y_max=2, seed=3, recipe="latent")
 data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
 model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)
 cfg = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,

@@ -13,7 +13,7 @@ from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.simulator import (WARMUP_RETRAIN, SimConfig, Simulator, fold_member_keys, group_trials,
                                      pad_to_devices)
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 
 def test_fold_member_keys_folds_each_members_trial_key_in_turn():
@@ -35,7 +35,8 @@ def test_train_after_warmup_retrains_once_more():
     """``sim.train_after_warmup=true`` retrains on the warm-up logs before the first segment (its key: the train
     key folded with -1 as a uint32, ``WARMUP_RETRAIN``), one more entry in ``train_info`` than without."""
     assert WARMUP_RETRAIN == np.uint32(-1 % 2**32)
-    data = pad_and_bucket(toy_queryset(n_queries=12, min_docs=6, max_docs=12, n_features=4, seed=2), n_buckets=1)
+    data = pad_and_bucket(toy_queryset(n_queries=12, n_features=4, docs=(6, 12), y_max=2, seed=2, recipe="latent"),
+                          n_buckets=1)
     config = SimConfig(sessions=120, warmup_sessions_per_query=2, n_updates=2, entry_prob=0.5, min_lanes=4,
                        lanes_per_query=0.3)
     model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)

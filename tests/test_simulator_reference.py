@@ -28,7 +28,7 @@ from tests.reference.online_loop import (
     run_reference,
     run_sessions,
 )
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONFIG = SimConfig(sessions=700, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,
                    lanes_per_query=0.3)
@@ -36,7 +36,7 @@ CONFIG = SimConfig(sessions=700, warmup_sessions_per_query=3, n_updates=3, entry
 
 @pytest.fixture(scope="module")
 def setup():
-    qs = toy_queryset(n_queries=36, min_docs=6, max_docs=30, n_features=6, seed=3)
+    qs = toy_queryset(n_queries=36, n_features=6, docs=(6, 30), y_max=2, seed=3, recipe="latent")
     data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
     assert len(data.buckets) == 2  # the reference check covers sessions in several buckets
     model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)

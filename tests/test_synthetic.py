@@ -147,3 +147,21 @@ def test_nonlinear_relevance_is_an_interaction_no_linear_ranker_sees():
         SyntheticParams(nonlinear=1.0)
     with pytest.raises(ValueError, match="interaction_features"):
         SyntheticParams(nonlinear=0.5, interaction_features=40)
+
+
+@pytest.mark.parametrize("recipe", ["drawn", "latent"])
+def test_toy_queryset_recipes(recipe):
+    """``ltrjax.data.toy``: the one small QuerySet of the tests, in both recipes: the asked sizes, labels and splits,
+    features scaled to [0, 1] and tracking the labels, the same data for the same seed."""
+    from ltrjax.data.toy import toy_queryset
+
+    qs = toy_queryset(n_queries=30, n_features=5, docs=(4, 9), y_max=3, seed=1, recipe=recipe)
+    assert qs.n_queries == 30 and qs.n_features == 5 and qs.y_max == 3
+    assert 4 <= qs.docs_per_query.min() and qs.docs_per_query.max() <= 9
+    assert set(np.unique(qs.labels)) <= set(range(4)) and set(np.unique(qs.split)) == {0, 1, 2}
+    assert qs.features.min() >= 0.0 and qs.features.max() <= 1.0
+    assert max(abs(spearmanr(qs.features[:, j], qs.labels)[0]) for j in range(5)) > 0.2
+    again = toy_queryset(n_queries=30, n_features=5, docs=(4, 9), y_max=3, seed=1, recipe=recipe)
+    np.testing.assert_array_equal(qs.features, again.features)
+    with pytest.raises(ValueError, match="recipe"):
+        toy_queryset(recipe="nosuch")

@@ -90,10 +90,10 @@ def test_capped_document_collection_equals_subsample_of_all():
     from ltrjax.models.train import key_seed
     from ltrjax.online.state import DocCounters
     from ltrjax.online.training_data import collect_documents, member_splits
-    from tests.toy_data import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
-    data = pad_and_bucket(toy_queryset(n_queries=60, min_docs=6, max_docs=40, seed=5), n_buckets=3,
-                          single_bucket_cells=0)
+    data = pad_and_bucket(toy_queryset(n_queries=60, n_features=6, docs=(6, 40), y_max=2, seed=5, recipe="latent"),
+                          n_buckets=3, single_bucket_cells=0)
     assert len(data.buckets) > 1
     rng = np.random.default_rng(0)
     counters, entered = [], []

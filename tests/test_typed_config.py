@@ -57,11 +57,11 @@ def test_validate_is_the_typed_runs_dictconfig_and_resolving_it_again_changes_no
 
 
 CONFIG_NAMES = {"cfg", "ecfg", "scfg", "exp", "pop", "acfg", "config", "run", "top", "fx", "experiment"}
-RESULT_NAMES = {"res", "result", "results", "old", "info", "i"}  # plain result dicts, not configs
+RESULT_NAMES = {"res", "result", "results", "old", "info", "i", "timings"}  # plain result dicts, not configs
 # the offline runner's functions: everything reads the typed OfflineConfig / FidelityConfig (experiment_config and
 # fidelity_config are the door of callers that pass plain mappings; they convert them once, restating no default)
-OFFLINE_RUNNERS = {"ltrjax/offline/experiment.py": ("run_offline", "load_queryset", "_run_trial", "finished_trials"),
-                   "ltrjax/offline/fidelity_experiment.py": ("run_fidelity",)}
+OFFLINE_RUNNERS = {"ltrjax/offline_runner.py": ("run_offline", "load_queryset", "_run_trial", "finished_trials",
+                                                "offline_markdown", "run_fidelity", "fidelity_header")}
 
 
 def _receiver(node: ast.AST) -> str:
@@ -97,6 +97,16 @@ def test_offline_runners_read_no_config_with_get_or_defaults():
         functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         for name in names:
             assert config_reads(functions[name]) == [], f"{path}:{name}"
+
+
+def test_benchmarks_read_the_typed_run():
+    """The benchmark scripts measure the configured protocol: they take the typed run (``benchlib.load_run``, as
+    ``python -m ltrjax.run`` resolves it) and read no config with ``.get`` or a default of their own."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert scripts
+    for path in scripts:
+        assert config_reads(ast.parse(path.read_text())) == [], path.name
+    assert "def load_run" in (ROOT / "benchmarks" / "benchlib.py").read_text()
 
 
 def test_the_scan_finds_what_it_looks_for():

@@ -30,7 +30,7 @@ from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN
 from ltrjax.online.training_data import collect_documents
 from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference
-from tests.toy_data import toy_queryset
+from ltrjax.data.toy import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
 N_FEATURES = 5
@@ -42,8 +42,8 @@ KEY = jax.random.PRNGKey(11)
 
 @pytest.fixture(scope="module")
 def toy():
-    data = pad_and_bucket(toy_queryset(n_queries=30, min_docs=6, max_docs=20, n_features=N_FEATURES, seed=3),
-                          n_buckets=1)
+    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=N_FEATURES, docs=(6, 20), y_max=2, seed=3,
+                                       recipe="latent"), n_buckets=1)
     sim = Simulator(data, clicks.ucbrank_affine(5), CONFIG, warmup_policy=BM25(data))
     return data, sim
 

@@ -119,7 +119,7 @@ DEFAULT_ESTIMATORS = ["naive", "ips", "pns", "prs", "prs_lambda", "dla", "regres
 
 @dataclasses.dataclass(frozen=True)
 class OfflineConfig:
-    """``experiment`` of ``experiment=offline`` (``ltrjax.offline.experiment.run_offline``)."""
+    """``experiment`` of ``experiment=offline`` (``ltrjax.offline_runner.run_offline``)."""
 
     kind: Annotated[str, OneOf(("offline",))] = "offline"
     name: str = "offline"
@@ -304,7 +304,7 @@ class VectorEhPart:
 
 @dataclasses.dataclass(frozen=True)
 class FidelityConfig:
-    """``experiment`` of ``experiment=offline_fidelity`` (``ltrjax.offline.fidelity_experiment.run_fidelity``)."""
+    """``experiment`` of ``experiment=offline_fidelity`` (``ltrjax.offline_runner.run_fidelity``)."""
 
     kind: Annotated[str, OneOf(("offline_fidelity",))] = "offline_fidelity"
     name: str = "offline_fidelity"

@@ -1,21 +1,19 @@
-"""The offline experiment (SPEC §6): production ranker, logging, every estimator, test metrics.
+"""The offline protocol (SPEC §6): production ranker, logging, every estimator, test metrics.
 
-``run_offline(cfg, out_dir, queryset=None)`` runs ``trials`` trials (seeds ``seed + t``) of an
-``OfflineConfig`` (``ltrjax.offline.config``) and writes ``results.json`` (after every trial) and
-``results.md``. A trial is ``prepare_trial`` (splits, padded evaluation lists, production ranker, the
-presented list of every logged training query: the whole candidate list by default, PRS §5.2; the labeled
-skyline's lists) followed by ``run_setting`` (log clicks up to the budget with one click model, train and
-evaluate each estimator on one schedule); sweeps reuse a prepared trial across settings.
+A trial is ``prepare_trial`` (splits, padded evaluation lists, production ranker, the presented list of every
+logged training query: the whole candidate list by default, PRS §5.2; the labeled skyline's lists) followed by
+``run_setting`` (log clicks up to the budget with one click model, train and evaluate each estimator on one
+schedule); sweeps reuse a prepared trial across settings. Both take the typed ``OfflineConfig``
+(``ltrjax.offline.config``). The runner of ``experiment=offline`` (trials, resume, results.json) is
+``ltrjax.offline_runner``; its tables are ``ltrjax.report.offline_tables``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import pathlib
 import time
 import types
-from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -24,43 +22,15 @@ import numpy as np
 from ltrjax.clicks import check_click_model_data, make_click_model, relevance
 from ltrjax.data.layout import quantile_widths
 from ltrjax.offline import estimator_api
-from ltrjax.offline.config import TOP_LEVEL, OfflineConfig, as_mapping, from_mapping, is_oracle
+from ltrjax.offline.config import OfflineConfig, is_oracle
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
 from ltrjax.offline.lists import bucket_queries, pad_queries
-from ltrjax.offline.logging import (LoggedLists, chunk_size, log_click_stats, pad_positions,
-                                    randomization_propensities, top_k_lists)
+from ltrjax.offline.logging import (LoggedLists, log_click_stats, pad_positions, randomization_propensities,
+                                    top_k_lists)
 from ltrjax.offline.train import fit
-from ltrjax.record import check_experiment, experiment_record, write_results
-from ltrjax.saved import feature_spec, model_path, save_model
 
-METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)
-
-
-def plain_experiment(cfg) -> dict:
-    """``cfg.experiment`` (or ``cfg`` itself when it has none) as a plain, resolved dict."""
-    exp = cfg.get("experiment", cfg) if hasattr(cfg, "get") else cfg
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(exp):
-            exp = OmegaConf.to_container(exp, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(exp or {})
-
-
-def experiment_config(cfg) -> OfflineConfig:
-    """The run's ``OfflineConfig``: ``cfg`` itself, or built from ``cfg.experiment`` (a run config) or from a
-    plain experiment mapping; the run-level keys it leaves null come from the top level of ``cfg``."""
-    if isinstance(cfg, OfflineConfig):
-        return cfg.resolved()
-    if isinstance(getattr(cfg, "experiment", None), OfflineConfig):  # a typed run (ltrjax.schema.ResolvedRun)
-        return cfg.experiment
-    top = {}
-    if hasattr(cfg, "get") and cfg.get("experiment") is not None:
-        top = {k: cfg.get(k) for k in TOP_LEVEL}
-    return from_mapping(OfflineConfig, plain_experiment(cfg)).resolved(top)
+METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)  # what every estimator is evaluated on (test split)
 
 
 def binarize_threshold(exp: OfflineConfig, y_max: int) -> int:
@@ -339,186 +309,3 @@ def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print
         log(f"  [{name}] ndcg@10={res['ndcg@10']:.4f} map={res['map']:.4f} ({res['seconds']:.1f}s)")
     out["_timing"] = timing
     return out
-
-
-# --------------------------------------------------------------------------- aggregation and files
-def summarize(trials: list[dict], names) -> dict:
-    algos = {}
-    for name in names:
-        rows = [t[name] for t in trials if name in t]
-        if not rows:
-            continue
-        entry = {m: float(np.mean([r[m] for r in rows])) for m in METRICS}
-        entry["std"] = {m: float(np.std([r[m] for r in rows])) for m in METRICS}
-        entry["seconds"] = float(np.mean([r["seconds"] for r in rows]))
-        entry["trials"] = rows
-        algos[name] = entry
-    return algos
-
-
-def markdown_table(algos: dict, title: str = "") -> str:
-    """The estimators' test metrics: mean ± std over trials (the mean alone for one trial), and the trial count."""
-    lines = [f"### {title}", ""] if title else []
-    lines.append("| estimator | " + " | ".join(METRICS) + " | trials | train s |")
-    lines.append("|---|" + "---|" * (len(METRICS) + 2))
-    for name, e in algos.items():
-        n = len(e["trials"])
-        cells = [f"{e[m]:.4f} ± {e['std'][m]:.4f}" if n > 1 else f"{e[m]:.4f}" for m in METRICS]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {n} | {e['seconds']:.1f} |")
-    return "\n".join(lines) + "\n"
-
-
-def markdown_header(exp: OfflineConfig, dataset: str, source: str, n_trials: int) -> str:
-    """The opening lines of results.md: dataset, click model, protocol, seed, trials, commit."""
-    from ltrjax.record import git_commit
-
-    return "\n".join([f"# Offline results on {dataset}", "",
-                      f"- **Dataset**: {dataset}", f"- **Click model**: {exp.click_model.mapping()}",
-                      f"- **Protocol**: {source}; ranker {exp.ranker}",
-                      f"- **Seed** {exp.seed}, **{n_trials} trial{'s' if n_trials != 1 else ''}** (trial t uses seed + t)",
-                      f"- **Commit**: {git_commit() or 'unknown (not a git checkout)'}", "", ""])
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    if isinstance(x, (np.ndarray, jax.Array)):
-        return np.asarray(x).tolist()
-    return x
-
-
-def run_dataset(cfg) -> tuple[Mapping | None, str | None]:
-    """(``dataset`` block, ``data.cache_dir``) of ``run_offline``'s ``cfg``: read from a typed run
-    (``ltrjax.schema.ResolvedRun``); a run config given as a mapping or ``DictConfig`` (the Python API, scripts)
-    is read once here, and an experiment config alone has neither (None, None)."""
-    if isinstance(cfg, Mapping):  # a DictConfig is a Mapping too
-        data = cfg["data"] if "data" in cfg and cfg["data"] is not None else {}
-        return (cfg["dataset"] if "dataset" in cfg else None), (data["cache_dir"] if "cache_dir" in data else None)
-    data = cfg.data if hasattr(cfg, "data") else None
-    return (cfg.dataset if hasattr(cfg, "dataset") else None), (data.cache_dir if data is not None else None)
-
-
-def load_queryset(dataset, cache_dir: str | None = None, *, seed: int):
-    """The dataset of registry mapping ``dataset`` (a run's ``dataset`` block: ``ltrjax.schema.resolve`` fills in
-    the synthetic default) with every query kept (``min_docs: 0``); ``cache_dir``: ``data.cache_dir``."""
-    from ltrjax.data.registry import load_dataset
-
-    if dataset is None:
-        raise ValueError("no dataset: pass a queryset, or a run config with a dataset block (python -m ltrjax.run "
-                         "+dataset=NAME; ltrjax.schema.resolve fills in the synthetic default)")
-    try:
-        from omegaconf import OmegaConf
-
-        ds = OmegaConf.to_container(dataset, resolve=True) if OmegaConf.is_config(dataset) else dict(dataset)
-    except ImportError:  # pragma: no cover
-        ds = dict(dataset)
-    ds["min_docs"] = 0
-    return load_dataset(ds, seed=int(seed), cache_dir=cache_dir or None)
-
-
-RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
-
-
-def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list[dict], list[dict]]:
-    """(per-trial results, trial infos) already in ``out_dir/results.json`` for this configuration.
-
-    A file written for another dataset or configuration (other than the trial count) is refused
-    (``ltrjax.record.RunFolderError``).
-    """
-    old = check_experiment(out_dir, exp.kind, as_mapping(exp), RESUME_IGNORES, getattr(qs, "name", "?"))
-    if old is None:
-        return [], []
-    infos = list(old.get("trials_info") or [])
-    trials = [{name: entry["trials"][t] for name, entry in old["algorithms"].items() if t < len(entry["trials"])}
-              for t in range(len(infos))]
-    return trials, infos
-
-
-def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, t: int, click_log) -> dict:
-    """``run_setting`` of one trial of ``run_offline``: from the click log if given, with its models saved
-    under ``out_dir/models/`` and its logged sessions under ``out_dir/click_logs/`` when asked."""
-    click_data, on_chunk, writer = None, None, None
-    if click_log is not None:
-        from ltrjax.offline.click_data import click_training_data
-
-        click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
-                                         chunk=chunk_size(int(click_log.doc_ids.shape[1]), exp.logging_chunk),
-                                         path=str(exp.click_log))
-    elif exp.save_click_logs:
-        from ltrjax.clicklog import ClickLogWriter
-        from ltrjax.offline.click_data import logged_sessions
-
-        writer = ClickLogWriter(out_dir / "click_logs" / f"trial{t}.parquet",
-                                {"source": "offline", "dataset": getattr(qs, "name", "?"), "seed": trial.seed,
-                                 "click_model": exp.click_model.mapping()})
-        on_chunk = lambda first, q, c: writer.write(logged_sessions(trial.logged, qs, first, q, c))  # noqa: E731
-    on_fit = None
-    if exp.save_models:
-        spec = feature_spec(qs)
-
-        def on_fit(name, est, fr):
-            meta = {"kind": "offline", "estimator": name, "options": exp.options_for(name),
-                    "ranker": "linear" if name == "production" else exp.ranker, "hidden": list(exp.hidden),
-                    "trial": t, "seed": trial.seed, "n_features": trial.n_features, "features": spec}
-            save_model(model_path(out_dir, name, t), meta, fr.params, fr.state)
-    try:
-        return run_setting(trial, exp, click_data=click_data, on_chunk=on_chunk, on_fit=on_fit)
-    finally:
-        if writer is not None:
-            writer.close()
-
-
-def _results(trials, infos, exp: OfflineConfig, qs, cfg=None) -> dict:
-    return {"algorithms": summarize(trials, exp.estimators), "dataset": getattr(qs, "name", "?"),
-            "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
-            "record": experiment_record(exp.kind, cfg),
-            "training": {name: trials[-1][name].get("schedule") for name in exp.estimators
-                         if trials and name in trials[-1]}}
-
-
-def protocol_line(exp: OfflineConfig, infos: list[dict]) -> str:
-    """One line: the presented list, the budget and the clicks per query the run logged."""
-    unit, amount = exp.budget
-    lists = f"top-{exp.list_size}" if exp.list_size else f"whole candidate lists (at most {exp.list_cap})"
-    cpq = [i["clicks_per_query"] for i in infos if "clicks_per_query" in i]
-    per_q = f", {np.mean(cpq):.1f} clicks per logged query" if cpq else ""
-    return f"{lists}, budget {amount} {unit.replace('_', ' ')}{per_q}"
-
-
-def run_offline(cfg, out_dir, queryset=None) -> dict:
-    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md. ``cfg`` is the
-    typed run (``ltrjax.schema.resolve``), an ``OfflineConfig``, or a run or experiment mapping."""
-    exp = experiment_config(cfg)
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=exp.seed)
-    trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
-    click_log = None
-    if exp.click_log:
-        from ltrjax.clicklog import read_click_log
-
-        click_log = read_click_log(exp.click_log)
-    from tqdm import tqdm
-
-    # disable=None: the bar is off when stderr is not a terminal
-    for t in tqdm(range(int(exp.trials)), desc="offline trials", disable=None if exp.progress else True):
-        seed = int(exp.seed) + t
-        if t < len(trials):
-            print(f"trial {t} (seed {seed}): finished in {out_dir / 'results.json'}, skipped", flush=True)
-            continue
-        print(f"trial {t} (seed {seed})", flush=True)
-        trial = prepare_trial(qs, exp, seed)
-        res = _run_trial(trial, exp, qs, out_dir, t, click_log)
-        trials.append(res)
-        infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
-        write_results(out_dir, _results(trials, infos, exp, qs, cfg))  # write_results makes it JSON
-    results = _results(trials, infos, exp, qs, cfg)
-    source = f"click log {exp.click_log}" if exp.click_log else protocol_line(exp, infos)
-    md = markdown_header(exp, results["dataset"], source, len(trials)) + markdown_table(results["algorithms"])
-    (out_dir / "results.md").write_text(md)
-    print(md)
-    return _jsonable(results)

@@ -9,7 +9,7 @@ needed to check what must then hold:
   (rows, one per position), and their click matrix M = R O^T (a ``matrix`` click model);
 * ``basis_queryset``: a small synthetic ``QuerySet`` whose features are noisy copies of several
   nonlinear functions of the grade, so that even a linear ranker can represent every component of
-  r(y) (a one-dimensional latent, as in ``ltrjax.offline.toy``, would let a linear r(x) carry only
+  r(y) (a one-dimensional latent, as in ``ltrjax.data.toy``, would let a linear r(x) carry only
   one direction and leave the o_k unidentifiable);
 * ``subspace_r2``: how much of one set of vectors lies in the span of another (recovery of the o_k
   up to the invertible linear map r -> A r, o -> A^{-T} o that Eq. 2 leaves free);

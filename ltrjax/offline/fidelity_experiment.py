@@ -1,12 +1,13 @@
 """``experiment=offline_fidelity``: the PRS (SIGIR'20) and Vectorization (KDD'22) protocols, measured like for
 like, with one claims report.
 
-``run_fidelity(cfg, out_dir, queryset=None)`` writes ``results.json`` (``claims``: one entry per claim id of
-``CLAIMS``, each with the paper's cell, our number, n trials, verdict, p-value and, where it does not hold,
-the tested cause or "none established"; ``tables``, ``prs``, ``training``), ``results.md`` and figures. Every
-trial t (seed ``seed + t``) prepares the split, production ranker and presented lists once per part and reuses
-them across settings, so every comparison is paired over trials; every estimator of a table trains on one
-schedule (``FidelityConfig.train``: best validation NDCG@10 within a fixed step budget), recorded per estimator.
+The parts (``prs_part``, ``prs_table1``, ``vectorization_part``) and their claims (``prs_claims``,
+``vectorization_claims``, ``vector_eh_claim``: one entry per claim id of ``CLAIMS``, each with the paper's cell,
+our number, n trials, verdict, p-value and, where it does not hold, the tested cause or "none established").
+The runner (``run_fidelity``: results.json, resume check) is ``ltrjax.offline_runner``; results.md and the figures
+are ``ltrjax.report.fidelity_report``. Every trial t (seed ``seed + t``) prepares the split, production ranker and
+presented lists once per part and reuses them across settings, so every comparison is paired over trials; every
+estimator of a table trains on one schedule (``FidelityConfig.train``: best validation NDCG@10 within a fixed step budget), recorded per estimator.
 
 * PRS (§5.2): whole candidate lists, PBM clicks theta_k = 1/k, noise mu, binarized relevance, a budget in clicks
   per logged query (MQ2007 at 128K clicks: about 126); naive / IPS / PNS / PRS told the true theta, and
@@ -20,16 +21,12 @@ schedule (``FidelityConfig.train``: best validation NDCG@10 within a fixed step 
 
 from __future__ import annotations
 
-import pathlib
-import time
-
 import numpy as np
 
 from ltrjax.offline import estimator_api
 from ltrjax.offline import experiment as E
 from ltrjax.offline import fidelity as F
-from ltrjax.offline.config import FidelityConfig, OfflineConfig, as_mapping, from_mapping, is_oracle, override
-from ltrjax.record import check_experiment, experiment_record, git_commit, write_results
+from ltrjax.offline.config import FidelityConfig, OfflineConfig, override
 
 # The papers' numbers (NDCG@10). Vectorization Table 1 (Yahoo!, TianGong clicks, 8 runs), Table 2 (trust bias).
 PAPER = {
@@ -72,15 +69,6 @@ VEC_SETTINGS = {
 }
 # the learned scalar bias models Vectorization is compared with (Table 1); oracles never serve as comparators
 SCALAR_LEARNED = ("dla", "regression_em", "pair_debias", "affine")
-
-
-def fidelity_config(cfg) -> FidelityConfig:
-    """The run's ``FidelityConfig``: ``cfg`` itself or built from ``cfg.experiment`` / a plain mapping."""
-    if isinstance(cfg, FidelityConfig):
-        return cfg
-    if isinstance(getattr(cfg, "experiment", None), FidelityConfig):  # a typed run (ltrjax.schema.ResolvedRun)
-        return cfg.experiment
-    return from_mapping(FidelityConfig, E.plain_experiment(cfg))
 
 
 def base_offline(fx: FidelityConfig, ranker: str, **over) -> OfflineConfig:
@@ -395,187 +383,3 @@ def vector_eh_claim(chk: dict | None, fx: FidelityConfig) -> dict:
               f"vector EH d = {d}", {**{k: worst[k] for k in ("mean_diff", "std_diff", "wins", "n")}, "p_value": p},
               {r["claim"].split("> ")[1].split(" ")[0]: r["mean_diff"] for r in rows})
     return _no_cause(c)
-
-
-# --------------------------------------------------------------------------- files
-def _cell(v) -> str:
-    v = np.asarray(v, np.float64)
-    return f"{v.mean():.4f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.4f}" if len(v) else ""
-
-
-def _label(name: str) -> str:
-    return f"{name} (oracle: told the true click model; upper reference)" if is_oracle(name) else name
-
-
-def markdown(results: dict) -> str:
-    h = results["header"]
-    out = [f"# Offline fidelity: {results['dataset']}", "",
-           f"- dataset: {h['dataset']}", f"- click models: {h['click_models']}", f"- protocol: {h['protocol']}",
-           f"- seed: {h['seed']}, trials: {h['trials']}", f"- commit: {h['commit']}", "",
-           "## Claims", "", "| id | paper's cell | ours | n | verdict | p | cause / reason |", "|---|---|---|---|---|---|---|"]
-    for c in results["claims"]:
-        ours = c.get("ours")
-        if isinstance(ours, dict):
-            ours = "; ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k}: " + ", ".join(
-                f"{kk} {vv:.4f}" for kk, vv in v.items()) for k, v in ours.items())
-        p, diff = c.get("p_value"), c.get("mean_diff")
-        diff = "" if diff is None else f" (paired diff {diff:+.4f})"
-        out.append(f"| `{c['id']}` | {c['paper_cell']} | {ours or ''}{diff} | {c.get('n') or ''} | {c['verdict']} | "
-                   f"{'' if p is None else f'{p:.3g}'} | {c.get('cause') or c.get('reason') or ''} |")
-    out.append("")
-    for name, tab in (results.get("vectorization") or {}).get("tables", {}).items():
-        s = VEC_SETTINGS[name]
-        paper = PAPER.get(s["paper"]) or {}
-        out += [f"## {s['title']} (d = {s['dim']})", "",
-                f"| estimator | NDCG@10 here | paper: {paper.get('dataset', '-')} |", "|---|---|---|"]
-        for e, v in tab.items():
-            p = paper.get(e)
-            out.append(f"| {_label(e)} | {_cell(v)} | {'' if p is None else f'{p:.3f}'} |")
-        out.append("")
-    sweep = (results.get("vectorization") or {}).get("d_sweep")
-    if sweep:
-        for name, row in sweep.items():
-            out += [f"d-sweep, {name}: " + ", ".join(f"d={d}: {_cell(v)}" for d, v in row.items()), ""]
-    prs = results.get("prs")
-    if prs:
-        out += [f"## PRS: {prs['setting']['lists']}, {prs['setting']['clicks_per_query']:g} clicks per logged query, "
-                f"eta = 1, mu = {prs['setting']['mu']}, {prs['setting']['ranker']} ranker", "",
-                "| estimator | NDCG@10 here |", "|---|---|"]
-        for e, v in prs["table"].items():
-            out.append(f"| {_label(e)} | {_cell(v)} |")
-        out.append("")
-        for key, label in (("clicks", "clicks per logged query (Fig. 3)"), ("noise", "click noise mu (Fig. 5)"),
-                           ("assumed_eta", "assumed eta, true 1 (Fig. 6)")):
-            sw = prs["sweeps"][key]
-            names = list(next(iter(sw.values())))
-            out += [f"### PRS sweep: {label}", "", f"| {key} | " + " | ".join(names) + " |",
-                    "|---|" + "---|" * len(names)]
-            for x, row in sw.items():
-                out.append(f"| {x} | " + " | ".join(_cell(row[n]) for n in names) + " |")
-            out.append("")
-        t1 = prs.get("table1") or {}
-        if "table" in t1:
-            out += ["### PRS Table 1 analogue (trees, theta by result randomization)", "",
-                    "| estimator | NDCG@10 here | paper |", "|---|---|---|"]
-            for n, v in t1["table"].items():
-                out.append(f"| {n} | {_cell(v)} | {PAPER['prs_table1'].get(n, '')} |")
-            out.append("")
-    out += ["## Training schedule of every estimator (steps; trees: boosting rounds)", ""]
-    for table, plan in results.get("training", {}).items():
-        for name, sch in (plan or {}).items():
-            out.append(f"- {table} / {name}: {sch}")
-    return "\n".join(out) + "\n"
-
-
-def plot(results: dict, out_dir: pathlib.Path) -> None:
-    from matplotlib.figure import Figure
-
-    prs = results.get("prs")
-    if prs:
-        fig = Figure(figsize=(12, 3.5))
-        for i, (key, label) in enumerate((("clicks", "clicks per logged query"), ("noise", "click noise mu"),
-                                          ("assumed_eta", "assumed eta (true 1)"))):
-            ax = fig.add_subplot(1, 3, i + 1)
-            sw = prs["sweeps"][key]
-            xs = [float(x) for x in sw]
-            for n in next(iter(sw.values())):
-                ax.errorbar(xs, [np.mean(sw[x][n]) for x in sw], yerr=[np.std(sw[x][n]) for x in sw], marker="o",
-                            capsize=3, label=n)
-            ax.set_xlabel(label)
-            ax.set_ylabel("NDCG@10")
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out_dir / "prs_sweeps.png", dpi=120)
-    vec = results.get("vectorization") or {}
-    if vec.get("d_sweep"):
-        fig = Figure(figsize=(5, 3.5))
-        ax = fig.add_subplot()
-        for name, row in vec["d_sweep"].items():
-            ds = [int(d) for d in row]
-            line = ax.errorbar(ds, [np.mean(v) for v in row.values()], yerr=[np.std(v) for v in row.values()],
-                               marker="o", capsize=3, label=f"Vectorization, {name}")
-            for ref, ls in (("affine", "--"), ("dla", ":")):
-                if ref in vec["tables"].get(name, {}):
-                    ax.axhline(np.mean(vec["tables"][name][ref]), ls=ls, lw=1, color=line[0].get_color(),
-                               label=f"{ref}, {name}")
-        ax.set_xlabel("d")
-        ax.set_ylabel("NDCG@10")
-        ax.legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(out_dir / "d_sweep.png", dpi=120)
-
-
-RESUME_IGNORES = ("trials", "progress")  # a rerun recomputes every part; other settings are refused (ltrjax.record)
-
-
-def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
-    """Run every part of ``experiment.parts`` on the run's dataset; write results.json / results.md / figures."""
-    fx = fidelity_config(cfg)
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else E.load_queryset(*E.run_dataset(cfg), seed=fx.seed)
-    check_experiment(out_dir, "offline_fidelity", as_mapping(fx), RESUME_IGNORES, getattr(qs, "name", "?"))
-    t0 = time.perf_counter()
-    vec_reason = vectorization_untestable(qs)
-    header = {"dataset": f"{getattr(qs, 'name', '?')} ({int(qs.n_queries)} queries, {int(qs.y_max) + 1} grades)",
-              "click_models": "; ".join(
-                  ([f"PRS: PBM theta_k = 1/k (eta = 1), binarized relevance with noise mu {fx.prs.noise}"]
-                   if "prs" in fx.parts else [])
-                  + ([f"Vectorization: {', '.join(fx.vectorization.settings)} (Eq. 13 relevance)"]
-                     if "vectorization" in fx.parts and vec_reason is None else [])
-                  + ([f"vector EH bed {fx.vector_eh.bed}"] if "vector_eh" in fx.parts and fx.vector_eh.seeds else [])),
-              "protocol": "; ".join(
-                  ([f"PRS: whole candidate lists (at most {fx.list_cap}), {fx.prs.clicks_per_query:g} clicks per "
-                    f"logged query, {fx.prs.max_steps} steps for every estimator"] if "prs" in fx.parts else [])
-                  + ([f"Vectorization: production top-{fx.vectorization.list_size}, {fx.vectorization.n_sessions} "
-                      f"sessions, {fx.vectorization.ranker} ranker, {fx.train.max_steps} steps for every estimator"]
-                     if "vectorization" in fx.parts and vec_reason is None else [])
-                  + ([f"vector-EH bed: {fx.vector_eh.seeds} seeds, {fx.vector_eh.n_queries} queries, "
-                      f"{fx.vector_eh.n_sessions} sessions"] if "vector_eh" in fx.parts and fx.vector_eh.seeds else [])
-                  + [f"best validation NDCG@10 every {fx.train.eval_every_steps} steps (results.json 'training')"]),
-              "seed": fx.seed, "trials": fx.trials, "commit": git_commit() or "unknown (not a git checkout)"}
-    results = {"dataset": getattr(qs, "name", "?"), "header": header, "claims": [], "config": as_mapping(fx),
-               "record": experiment_record("offline_fidelity", cfg),
-               "training": {}, "sizes": {"trials": int(fx.trials), "n_queries": int(qs.n_queries)}}
-    parts = {}
-
-    def save():
-        results["seconds"] = time.perf_counter() - t0
-        results["claims"] = (prs_claims(parts.get("prs"), fx, qs)
-                             + vectorization_claims(parts.get("vectorization"), fx, qs, vec_reason if
-                                                    "vectorization" in fx.parts else "the Vectorization part was not "
-                                                                                     "run (experiment.parts)")
-                             + [vector_eh_claim(parts.get("vector_eh"), fx)])
-        write_results(out_dir, results)  # write_results makes it JSON
-        (out_dir / "results.md").write_text(markdown(E._jsonable(results)))
-
-    if "prs" in fx.parts and fx.prs.estimators:
-        parts["prs"] = prs_part(qs, fx, log)
-        exp0 = parts["prs"].pop("exp0")
-        results["prs"] = parts["prs"]
-        results["training"]["prs_table"] = parts["prs"]["training"]["table"]
-        save()  # the sweeps are on disk before the (slow) tree pair starts
-        if fx.prs.table1:
-            parts["prs"]["table1"] = prs_table1(qs, fx, exp0, log)
-            if "table" in parts["prs"]["table1"]:
-                results["training"]["prs_table1"] = parts["prs"]["table1"]["training"]
-            save()
-    if "vectorization" in fx.parts and vec_reason is None and fx.vectorization.settings:
-        parts["vectorization"] = vectorization_part(qs, fx, log)
-        results["vectorization"] = parts["vectorization"]
-        for name, plan in parts["vectorization"]["training"].items():
-            results["training"][f"vectorization_{name}"] = plan
-        save()
-    vx = fx.vector_eh
-    if "vector_eh" in fx.parts and vx.seeds > 0:
-        seeds = range(vx.first_seed, vx.first_seed + vx.seeds)
-        chk = F.run_checks(vx.bed, seeds, vx.n_queries, vx.n_sessions, tuple(vx.dims), float(fx.margin),
-                           tuple(vx.old_schedule), log=log, over={"train": as_mapping(fx.train)}, pbm=False,
-                           trust=False)  # the Vectorization part runs PBM and trust bias on the papers' models
-        parts["vector_eh"] = chk
-        results["vector_eh"] = {"claims": chk["claims"], "raw": chk["raw"]}
-    save()
-    results = E._jsonable(results)
-    plot(results, out_dir)
-    print(markdown(results))
-    return results

@@ -1,0 +1,57 @@
+"""Tables of the offline experiment (``experiment=offline``): the estimators' test metrics over trials
+(results.json's ``algorithms``) and results.md. Plain values in, plain values out: nothing here reads an
+estimator or a config object (``ltrjax.offline_runner`` passes what it needs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ltrjax.report.tables import trials_phrase
+
+
+def summarize(trials: list[dict], names, metrics: Sequence[str]) -> dict:
+    """{estimator: mean and std of every metric over the trials that ran it, mean seconds, the trials}."""
+    algos = {}
+    for name in names:
+        rows = [t[name] for t in trials if name in t]
+        if not rows:
+            continue
+        entry = {m: float(np.mean([r[m] for r in rows])) for m in metrics}
+        entry["std"] = {m: float(np.std([r[m] for r in rows])) for m in metrics}
+        entry["seconds"] = float(np.mean([r["seconds"] for r in rows]))
+        entry["trials"] = rows
+        algos[name] = entry
+    return algos
+
+
+def markdown_table(algos: dict, metrics: Sequence[str], title: str = "") -> str:
+    """The estimators' test metrics: mean ± std over trials (the mean alone for one trial), and the trial count."""
+    lines = [f"### {title}", ""] if title else []
+    lines.append("| estimator | " + " | ".join(metrics) + " | trials | train s |")
+    lines.append("|---|" + "---|" * (len(metrics) + 2))
+    for name, e in algos.items():
+        n = len(e["trials"])
+        cells = [f"{e[m]:.4f} ± {e['std'][m]:.4f}" if n > 1 else f"{e[m]:.4f}" for m in metrics]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {n} | {e['seconds']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_header(dataset: str, click_model: Mapping, ranker: str, seed: int, source: str, n_trials: int,
+                    commit: str | None) -> str:
+    """The opening lines of results.md: dataset, click model, protocol, seed, trials, commit."""
+    return "\n".join([f"# Offline results on {dataset}", "",
+                      f"- **Dataset**: {dataset}", f"- **Click model**: {dict(click_model)}",
+                      f"- **Protocol**: {source}; ranker {ranker}",
+                      f"- **Seed** {seed}, **{trials_phrase(n_trials)}** (trial t uses seed + t)",
+                      f"- **Commit**: {commit or 'unknown (not a git checkout)'}", "", ""])
+
+
+def protocol_line(budget: tuple[str, float], list_size: int | None, list_cap: int, infos: list[dict]) -> str:
+    """One line: the presented list, the budget (``OfflineConfig.budget``) and the clicks per query the run logged."""
+    unit, amount = budget
+    lists = f"top-{list_size}" if list_size else f"whole candidate lists (at most {list_cap})"
+    cpq = [i["clicks_per_query"] for i in infos if "clicks_per_query" in i]
+    per_q = f", {np.mean(cpq):.1f} clicks per logged query" if cpq else ""
+    return f"{lists}, budget {amount} {unit.replace('_', ' ')}{per_q}"
