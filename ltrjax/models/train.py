@@ -34,7 +34,7 @@ def optimizer_names() -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_epochs=200, patience=20, min_epochs=0,
+class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_epochs=200, patience=0, min_epochs=0,
                 clip_norm=None, weight_decay=0.0):
     """Settings of one online retraining fit; also the schema of an algorithm's ``fit`` block (``ltrjax.schema``).
 
@@ -57,8 +57,8 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
     # epochs and stops, once min_epochs ran. The default (patience 0, grace 0, min_delta 1e-4) stops a warm start
     # after its first epoch without progress; patience P, grace 1, min_delta 0 is the rule the fits had before
     # (at least P + 2 epochs; the papers' settings, conf/fit_overrides/papers.yaml).
-    min_delta: NonNegative = 0.0
-    grace: NonNegativeInt = 1
+    min_delta: NonNegative = 1e-4
+    grace: NonNegativeInt = 0
 
 
 def online_rule(cfg: FitConfig) -> fit_loop.Rule:
