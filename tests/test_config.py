@@ -199,7 +199,7 @@ PAPERS_FIT = {"ebrank": ("sgd", 0.05, 64, 1000, 60), "cftopk_concat": ("sgd", 0.
               "prior_concat": ("sgd", 0.05, 64, 1000, 30), "ucbrank_ie": ("adam", 0.001, 256, 100, 40)}
 
 
-def test_fit_overrides_papers_keep_the_papers_rule_and_the_default_forces_no_epochs():
+def test_fit_overrides_papers_keep_the_papers_rule_and_ebranks_default_forces_no_epochs():
     from ltrjax.schema import algorithm_options
 
     def fits(*overrides):
@@ -211,9 +211,13 @@ def test_fit_overrides_papers_keep_the_papers_rule_and_the_default_forces_no_epo
         assert (fit.optimizer, fit.learning_rate, fit.batch_size, fit.max_epochs, fit.patience) == PAPERS_FIT[key]
         assert (fit.grace, fit.min_delta, fit.min_epochs, fit.clip_norm, fit.weight_decay) == (1, 0.0, 0, None, 0.0)
         assert fit.max_examples is None
-    for key, fit in fits().items():  # the default: the online rule, no forced epochs
+    default, papers = fits(), fits("fit_overrides=papers")
+    ebrank = default.pop("ebrank")  # EBRank's prior: Adam and the online default rule, no forced epochs
+    assert (ebrank.optimizer, ebrank.patience, ebrank.grace, ebrank.min_delta, ebrank.min_epochs) == (
+        "adam", 0, 0, 1e-4, 0)
+    assert default == {k: papers[k] for k in default}  # the others' fit blocks are the papers' (rule included)
+    for key, fit in fits("fit_overrides=quick").items():  # the online default rule for every retrained algorithm
         assert (fit.patience, fit.grace, fit.min_delta, fit.min_epochs) == (0, 0, 1e-4, 0), key
-    assert fits()["ebrank"].optimizer == "adam" and fits()["cftopk_concat"].optimizer == "sgd"
 
 
 def test_algorithm_schemas_derive_from_the_constructors():

@@ -59,10 +59,10 @@ def test_fit_overrides_large_replace_only_matching_fit_fields(sim):
     fits = {key: make_policy(key, cfg.algorithms[key], sim.data, cfg.fit_overrides, key)[0].fit_config
             for key in ("cftopk_concat", "prior_concat", "ucbrank_ie", "ebrank")}
     assert (fits["cftopk_concat"].optimizer, fits["cftopk_concat"].batch_size, fits["cftopk_concat"].patience) == (
-        "adam", 1024, 0)  # the online default stop rule
+        "adam", 1024, 5)
     assert fits["prior_concat"].max_epochs == 50
     assert (fits["ucbrank_ie"].learning_rate, fits["ucbrank_ie"].batch_size, fits["ucbrank_ie"].patience) == (
-        0.001, 4096, 0)
+        0.001, 4096, 5)
     assert fits["ebrank"] == make_policy("ebrank", cfg.algorithms.ebrank, sim.data)[0].fit_config
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         default = compose(config_name="config", overrides=["experiment=online_table"])

@@ -41,8 +41,9 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
     The shared fields are ``ltrjax.models.fit_config.FitFields``'; the defaults here are the online retrains'. Every
     retrain is warm-started from the current parameters, so the default stop rule forces no epochs: validate the
     warm start, then stop after the first epoch that does not lower the mean validation loss by more than
-    ``min_delta`` (patience 0, grace 0), keeping the best parameters seen (``ltrjax.models.fit_loop``). The papers'
-    rule (their patience, ``grace: 1``, ``min_delta: 0``) is ``fit_overrides=papers``.
+    ``min_delta`` (patience 0, grace 0), keeping the best parameters seen (``ltrjax.models.fit_loop``). EBRank's
+    prior uses it; the CF learners, PRIOR and UCBRank keep their papers' rule in their ``fit`` blocks (their
+    patience, ``grace: 1``, ``min_delta: 0``), which ``fit_overrides=papers`` gives every algorithm.
     """
 
     optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"  # also lbfgs (full batch)

@@ -8,8 +8,7 @@ Two linear models, both trained with the counterfactual L2 loss against y_d = (s
 Serving and warm evaluation score g with x_b := h(x_nb) for documents never shown
 (impressions == 0) and the live x_b otherwise; cold evaluation ranks by h(x_nb) alone.
 Training uses every shown training-split document (n >= 1, no impression filter), early stops
-on validation documents (the online default stop rule; the paper code's patience 30 with
-``fit_overrides=papers``), and refits both models at every update.
+on validation documents with patience 30, and refits both models at every update.
 
 As in ``counterfactual``, g is linear, so g([x_nb, x_b]) = act(w_nb . x_nb + b + w_b x_b)
 splits into a per-segment part and the live x_b term.
@@ -44,7 +43,7 @@ from ltrjax.online.training_data import member_splits, split_capacity
 class Prior(Policy):
     name = "prior_concat"
     trains = True
-    default_fit = DEFAULT_FIT
+    default_fit = {**DEFAULT_FIT, "patience": 30}
 
     def __init__(self, data: PaddedDataset, behaviour: Annotated[str, OneOf(behav.FEATURES)] = "cn",
                  leaky_output: bool = True, min_impressions: NonNegative = 0,
