@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import optax
