@@ -82,16 +82,20 @@ def test_retrain_smoke(capsys):
         assert out["epochs"][name] >= out["members"]  # every member ran at least one epoch
         assert positive(out["ms_per_epoch"][name])
     assert positive(out["shuffle_speedup"]) and positive(out["epoch_speedup"])
-    assert out["fit"]["batch_size"] == 256 and out["fit"]["patience"] == 5  # conf/algorithm/ebrank.yaml's fit
+    assert out["fit"]["batch_size"] == 256  # conf/algorithm/ebrank.yaml's fit
+    assert {k: out["fit"][k] for k in ("patience", "grace", "min_delta")} == {"patience": 0, "grace": 0,
+                                                                            "min_delta": 1e-4}  # FitConfig's
     # the loss alone: Eq. 14's lgamma/digamma form against a linear-MSE pass, and its gradient against betaln's
     assert positive(out["ebrank_loss_over_mse"])
     assert out["ebrank_loss_over_mse"] == out["loss_cost"]["ebrank_loss_over_mse"]
     assert 0 <= out["ebrank_grad_rel_err_vs_betaln"] <= 1e-5
     assert all(positive(v) for v in out["loss_cost"]["ns_per_example"].values())
-    # the stop rule on a warm start: the configured rule and the quick one (no forced epochs)
+    # the stop rule on a warm start: the configured rule (the default, no forced epochs) and the old one
     warm = out["warm_restart"]
-    assert out["fit_passes_per_retrain"] == warm["configured"]["fit_passes_per_retrain"] >= 5 + 2  # patience 5
-    assert 1 <= warm["quick"]["fit_passes_per_retrain"] <= 2 and out["cold_fit_passes"] >= 1
+    assert out["fit_passes_per_retrain"] == warm["configured"]["fit_passes_per_retrain"]
+    assert 1 <= out["fit_passes_per_retrain"] <= 2 and out["cold_fit_passes"] >= 1
+    assert warm["old"]["fit_passes_per_retrain"] >= 5 + 2 and warm["old_stop"]["patience"] == 5  # patience 5, grace 1
+    assert out["quick_val_loss_rel_diff"] == warm["quick_val_loss_rel_diff"]
     assert abs(warm["quick_val_loss_rel_diff"]) < 1e-2  # a tiny smoke fit; issue 22's bar (1e-3) is for full runs
     # the step-cost scan: minibatches 64 and 256 one member at a time, then 256 with both members vmapped
     scan = out["step_cost"]

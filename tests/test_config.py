@@ -168,6 +168,58 @@ def test_from_mapping_refuses_unknown_keys():
         SimConfig(entry_prob=1.5)
 
 
+def test_fit_configs_share_one_definition_with_per_use_defaults():
+    """FitConfig (online retrains) and TrainConfig (offline estimators) are both ``FitFields``: the shared fields are
+    declared once (same constraints, same refusals), each use gives its own defaults."""
+    from ltrjax.models.fit_config import FitFields
+
+    shared = [f.name for f in dataclasses.fields(FitFields)]
+    assert {"optimizer", "learning_rate", "batch_size", "max_epochs", "patience", "min_epochs", "clip_norm",
+            "weight_decay"} == set(shared)
+    for cls in (FitConfig, TrainConfig):
+        assert issubclass(cls, FitFields) and [f.name for f in dataclasses.fields(cls)][:len(shared)] == shared
+        with pytest.raises(ConfigError, match="learning_rate"):
+            cls(learning_rate=0.0)
+    online, offline = FitConfig(), TrainConfig()
+    assert (online.batch_size, online.clip_norm, online.min_epochs) == (256, None, 0)
+    assert (offline.batch_size, offline.clip_norm, offline.min_epochs) == (64, 5.0, 1)
+    assert FitConfig(optimizer="lbfgs").optimizer == "lbfgs"  # full-batch L-BFGS: online fits only
+    with pytest.raises(ConfigError, match="optimizer"):
+        TrainConfig(optimizer="lbfgs")
+    with pytest.raises(TypeError, match="no default"):
+        @dataclasses.dataclass(frozen=True)
+        class Partial(FitFields, batch_size=1):
+            pass
+
+
+# The papers' retraining (fit_overrides=papers): each family's optimizer settings and its code's patience, in the
+# form the fits had before the online default stop rule (grace 1, no min_delta), for every retrained algorithm.
+PAPERS_FIT = {"ebrank": ("sgd", 0.05, 64, 1000, 60), "cftopk_concat": ("sgd", 0.05, 64, 1000, 60),
+              "cfrandomk": ("sgd", 0.01, 64, 1000, 60), "cfepsilon_concat": ("sgd", 0.01, 64, 1000, 60),
+              "prior_concat": ("sgd", 0.05, 64, 1000, 30), "ucbrank_ie": ("adam", 0.001, 256, 100, 40)}
+
+
+def test_fit_overrides_papers_keep_the_papers_rule_and_ebranks_default_forces_no_epochs():
+    from ltrjax.schema import algorithm_options
+
+    def fits(*overrides):
+        cfg = composed("experiment=online_table", *overrides)
+        return {key: FitConfig(**algorithm_options(key, cfg.algorithms[key], cfg.fit_overrides)[1]["fit"])
+                for key in PAPERS_FIT}
+
+    for key, fit in fits("fit_overrides=papers").items():
+        assert (fit.optimizer, fit.learning_rate, fit.batch_size, fit.max_epochs, fit.patience) == PAPERS_FIT[key]
+        assert (fit.grace, fit.min_delta, fit.min_epochs, fit.clip_norm, fit.weight_decay) == (1, 0.0, 0, None, 0.0)
+        assert fit.max_examples is None
+    default, papers = fits(), fits("fit_overrides=papers")
+    ebrank = default.pop("ebrank")  # EBRank's prior: Adam and the online default rule, no forced epochs
+    assert (ebrank.optimizer, ebrank.patience, ebrank.grace, ebrank.min_delta, ebrank.min_epochs) == (
+        "adam", 0, 0, 1e-4, 0)
+    assert default == {k: papers[k] for k in default}  # the others' fit blocks are the papers' (rule included)
+    for key, fit in fits("fit_overrides=quick").items():  # the online default rule for every retrained algorithm
+        assert (fit.patience, fit.grace, fit.min_delta, fit.min_epochs) == (0, 0, 1e-4, 0), key
+
+
 def test_algorithm_schemas_derive_from_the_constructors():
     from hydra.core.config_store import ConfigStore
 

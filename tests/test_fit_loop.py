@@ -27,8 +27,12 @@ def reference(scores, rule: fit_loop.Rule):
             return False
         seen.append(e)
         s = 0.0 if rule.keep_last else scores[e]
-        if s > best_s or e == rule.first or rule.keep_last:
-            best, best_s, bad = e, s, 0
+        first = e == rule.first or rule.keep_last
+        progress = first or s > best_s + rule.min_delta
+        if s > best_s or first:  # kept
+            best, best_s = e, s
+        if progress:
+            bad = 0
             return False
         bad += every
         return True
@@ -86,6 +90,8 @@ RULES = [fit_loop.Rule(max_epochs=m, patience=p, min_epochs=mi, first=f, every=e
                                        (12, 6, 0, 4, 3, 0, False), (12, 2, 12, 12, 1, 0, False),
                                        (12, 0, 3, 1, 1, 0, False), (12, 0, 0, 1, 2, 0, False)]]
 RULES.append(fit_loop.Rule(max_epochs=9, patience=2, keep_last=True))
+RULES += [fit_loop.Rule(max_epochs=12, patience=p, first=0, initial=True, grace=g, min_delta=0.15)  # online rules
+          for p, g in [(1, 0), (2, 0), (3, 1)]]
 
 
 @pytest.mark.parametrize("rule", RULES, ids=range(len(RULES)))
@@ -123,12 +129,21 @@ def test_patience_zero_stops_at_the_first_validation_that_is_not_better():
     assert run_host(scores.astype(np.float64), rule) == (4, 3, [1, 2, 3, 4])
 
 
-def test_min_delta_counts_only_improvements_above_it():
-    """An epoch better by no more than ``min_delta`` is not better: with patience 1 and no grace (the warm-start
-    rule ``FitConfig(patience=0, grace=0)``) the fit stops at the first such epoch and keeps the last real gain."""
+def test_min_delta_counts_only_improvements_above_it_as_progress():
+    """An epoch better by no more than ``min_delta`` is kept but is no progress: with patience 1 and no grace (the
+    online default ``FitConfig()``: patience 0, grace 0) the fit stops at the first such epoch and keeps it."""
     rule = fit_loop.Rule(max_epochs=10, patience=1, first=0, initial=True, grace=0, min_delta=0.1)
     scores = np.array([0, 1, 1.05, 3, 4, 5, 6, 7, 8, 9, 10], np.float32)
-    assert run(scores[None], rule) == [(2, 1)]
-    assert run_host(scores.astype(np.float64), rule) == (2, 1, [0, 1, 2])
-    strict = dataclasses.replace(rule, min_delta=0.0)  # the same gain counts without a threshold
+    assert run(scores[None], rule) == [(2, 2)]
+    assert run_host(scores.astype(np.float64), rule) == (2, 2, [0, 1, 2])
+    worse = np.array([0, 1, 0.95, 3, 4, 5, 6, 7, 8, 9, 10], np.float32)  # a worse epoch is not kept
+    assert run(worse[None], rule) == [(2, 1)]
+    strict = dataclasses.replace(rule, min_delta=0.0)  # the same gain is progress without a threshold
     assert run(scores[None], strict) == [(10, 10)]
+
+
+def test_small_gains_stop_the_fit_after_the_patience():
+    """Gains below ``min_delta`` in a row are each kept, and stop the fit once the patience runs out."""
+    rule = fit_loop.Rule(max_epochs=20, patience=3, first=0, initial=True, grace=0, min_delta=0.1)
+    scores = np.array([0, 1] + [1 + 0.05 * k for k in range(1, 19)] + [9], np.float32)
+    assert run(scores[None], rule) == [(4, 4)]

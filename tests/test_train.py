@@ -168,20 +168,26 @@ def test_shuffled_order_two_rounds_leave_no_index_order():
     assert near < 0.003  # uniform: ~0.002; one round alone: 0.031
 
 
-def test_warm_start_stops_after_one_epoch_without_forced_epochs():
-    """From a converged warm start, ``patience=0, grace=0, min_delta>0`` stops after one epoch (``fit_passes`` 1:
-    one gradient pass over the training examples) and keeps the warm start; the default rule trains at least
-    patience + 2 epochs."""
+def test_default_warm_start_stops_after_one_epoch_without_forced_epochs():
+    """From a converged warm start the default online rule (``FitConfig()``: patience 0, grace 0, min_delta 1e-4)
+    stops after one epoch (``fit_passes`` 1: one gradient pass over the training examples) and returns the better of
+    the warm start and that epoch; the papers' form of the rule (patience P, grace 1, min_delta 0:
+    ``fit_overrides=papers``) trains at least P + 2 epochs."""
     train, val = regression(2048, seed=0), regression(1024, seed=1)
     solution = least_squares(train)
     warm = {"w": jnp.asarray(solution[None, :-1], jnp.float32), "b": jnp.asarray(solution[None, -1], jnp.float32)}
     key = jax.random.PRNGKey(0)[None]
-    quick = FitConfig(learning_rate=1e-3, patience=0, grace=0, min_delta=1e-3)
-    params, infos = fit_members(MemberFit(linear_loss, quick), warm, [train], [val], key, "t")
+    default = FitConfig(learning_rate=1e-3)
+    assert (default.patience, default.grace, default.min_delta, default.min_epochs) == (0, 0, 1e-4, 0)
+    params, infos = fit_members(MemberFit(linear_loss, default), warm, [train], [val], key, "t")
     assert infos[0]["epochs"] == 1 and infos[0]["fit_passes"] == 1
-    np.testing.assert_array_equal(np.asarray(params["w"]), np.asarray(warm["w"]))  # the warm start is kept
-    _, infos = fit_members(MemberFit(linear_loss, FitConfig(learning_rate=1e-3, patience=5)), warm, [train], [val],
-                           key, "t")
+
+    def val_loss(p):
+        return float(np.mean((val["x"] @ np.asarray(p["w"][0]) + float(p["b"][0]) - val["y"]) ** 2))
+
+    assert val_loss(params) <= val_loss(warm) + 1e-6 and abs(infos[0]["val_loss"] - val_loss(params)) < 1e-4
+    papers = FitConfig(learning_rate=1e-3, patience=5, grace=1, min_delta=0.0)
+    _, infos = fit_members(MemberFit(linear_loss, papers), warm, [train], [val], key, "t")
     assert infos[0]["epochs"] >= 5 + 2 and infos[0]["fit_passes"] == infos[0]["epochs"]
 
 

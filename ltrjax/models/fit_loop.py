@@ -15,12 +15,16 @@ arithmetic, written once. Two drivers train an epoch, validate it and ``decide``
   ``ltrjax.offline.gbdt``).
 
 Validated epoch counts are ``first, first + every, ...`` and the last epoch (``initial`` validates the initial
-parameters too, as epoch count 0). The first validated epoch is kept whatever its score, later ones only when
-better by more than ``min_delta`` (0: strictly better); after a validation that is not better, ``bad`` (epochs
-since the best) grows by ``every``, and once ``bad >= patience`` and at least ``min_epochs`` epochs ran, training
-stops after ``grace`` more epochs (each validated). The online fits use ``patience = FitConfig.patience + 1`` and
-by default ``grace = 1``: the form they always had (validate, train one more epoch, then test the patience), kept
-so their results do not change; ``FitConfig.grace``, ``min_delta`` and ``min_epochs`` set a quicker rule.
+parameters too, as epoch count 0). The first validated epoch is kept whatever its score, later ones when strictly
+better (the best validated carry is returned). A kept epoch is progress only when better by more than
+``min_delta`` (0: every kept epoch is); after a validation without progress, ``bad`` (epochs since the last
+progress) grows by ``every``, and once ``bad >= patience`` and at least ``min_epochs`` epochs ran, training stops
+after ``grace`` more epochs (each validated). The online fits (``ltrjax.models.train.online_rule``) use
+``patience = FitConfig.patience + 1`` and ``grace = FitConfig.grace``: by default patience 0, grace 0 and
+``min_delta`` 1e-4, which stops a warm start after its first epoch without progress; the papers' settings
+(``fit_overrides=papers``: their patience, grace 1, min_delta 0) are the form the fits had before (validate, train
+one more epoch, then test the patience). The offline fits (``ltrjax.offline.train.fit_rule``) use no grace and
+no ``min_delta``.
 """
 
 from __future__ import annotations
@@ -74,11 +78,15 @@ NP = Ops(np.where, np.logical_not)
 
 def decide(rule: Rule, e, on, score, best_score, bad, left, ops: Ops = JNP):
     """The rule after epoch count ``e`` (validated when ``on``, with ``score``): returns (better, best_score,
-    bad, left). ``left`` counts the grace epochs still to run (-1: not stopping; 0: stop now)."""
-    better = on & ((score > best_score + rule.min_delta) | (e == rule.first) | rule.keep_last)
+    bad, left). ``better``: keep this epoch (a higher score, or the first validated epoch); it resets the patience
+    only when higher by more than ``rule.min_delta`` (progress). ``left`` counts the grace epochs still to run (-1:
+    not stopping; 0: stop now)."""
+    first = (e == rule.first) | rule.keep_last
+    better = on & ((score > best_score) | first)
+    progress = on & ((score > best_score + rule.min_delta) | first)  # = better when min_delta is 0
     best_score = ops.where(better, score, best_score)
-    bad = ops.where(better, 0, ops.where(on, bad + max(rule.every, 1), bad))
-    fire = on & ops.logical_not(better) & (bad >= rule.patience) & (e >= rule.min_epochs) & (not rule.keep_last)
+    bad = ops.where(progress, 0, ops.where(on, bad + max(rule.every, 1), bad))
+    fire = on & ops.logical_not(progress) & (bad >= rule.patience) & (e >= rule.min_epochs) & (not rule.keep_last)
     left = ops.where(left > 0, left - 1, ops.where(fire, rule.grace, left))
     return better, best_score, bad, left
 

@@ -23,7 +23,7 @@ def make_optimizer(name: str, learning_rate: float, clip_norm: float | None = No
 
 
 def optimizer_of(cfg) -> optax.GradientTransformation:
-    """The optimiser a fit config names (``ltrjax.models.train.FitConfig``, ``ltrjax.offline.train.TrainConfig``):
+    """The optimiser a fit config names (a ``ltrjax.models.fit_config.FitFields``: ``FitConfig``, ``TrainConfig``):
     ``make_optimizer`` of its ``optimizer``, ``learning_rate``, ``clip_norm`` and ``weight_decay``, or L-BFGS with
     ``lbfgs_memory`` past updates (full-batch online fits only)."""
     if cfg.optimizer == "lbfgs":

@@ -20,50 +20,53 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ltrjax.constraints import (NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields,
-                                strict_fields)
-from ltrjax.models import fit_loop, optim
+from ltrjax.constraints import NonNegative, NonNegativeInt, OneOf, PositiveInt
+from ltrjax.models import fit_config, fit_loop, optim
+from ltrjax.models.fit_config import FitFields
 
 PyTree = Any
 LossFn = Callable[[PyTree, Mapping[str, jax.Array]], jax.Array]  # per-example losses [B]
 
 
 def optimizer_names() -> tuple[str, ...]:
-    """The optimizers a fit accepts: ``ltrjax.models.optim``'s and the full-batch ``lbfgs``."""
-    return (*optim.OPTIMIZERS, "lbfgs")
+    """The optimizers an online fit accepts: every fit's (``ltrjax.models.fit_config``) and the full-batch ``lbfgs``."""
+    return (*fit_config.optimizer_names(), "lbfgs")
 
 
 @dataclasses.dataclass(frozen=True)
-class FitConfig:
-    """Settings of one retraining fit; also the schema of an algorithm's ``fit`` block (``ltrjax.schema``)."""
+class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_epochs=200, patience=0, min_epochs=0,
+                clip_norm=None, weight_decay=0.0):
+    """Settings of one online retraining fit; also the schema of an algorithm's ``fit`` block (``ltrjax.schema``).
 
-    optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"
-    learning_rate: Positive = 0.01
-    batch_size: PositiveInt = 256
-    max_epochs: NonNegativeInt = 200
-    patience: NonNegativeInt = 20
+    The shared fields are ``ltrjax.models.fit_config.FitFields``'; the defaults here are the online retrains'. Every
+    retrain is warm-started from the current parameters, so the default stop rule forces no epochs: validate the
+    warm start, then stop after the first epoch that does not lower the mean validation loss by more than
+    ``min_delta`` (patience 0, grace 0), keeping the best parameters seen (``ltrjax.models.fit_loop``). EBRank's
+    prior uses it; the CF learners, PRIOR and UCBRank keep their papers' rule in their ``fit`` blocks (their
+    patience, ``grace: 1``, ``min_delta: 0``), which ``fit_overrides=papers`` gives every algorithm.
+    """
+
+    optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"  # also lbfgs (full batch)
     min_examples: NonNegativeInt = 1
-    clip_norm: Positive | None = None
-    weight_decay: NonNegative = 0.0
     member_batch: PositiveInt = 1  # members fitted side by side (vmap) within a population; 1 = one after another
     max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
     lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
-    # The stop rule (defaults: the rule the fits always had, at least patience + 2 epochs). A validated epoch counts
-    # as better only when it lowers the mean validation loss by more than min_delta (absolute, per example: the
-    # losses may drop constants of the data, e.g. EBRank's, so a relative threshold would depend on them); after
-    # patience + 1 validations without that, the fit trains `grace` more epochs and stops, once min_epochs ran.
-    # patience=0, grace=0 stops a warm-started fit after one epoch that does not improve.
-    min_delta: NonNegative = 0.0
-    grace: NonNegativeInt = 1
-    min_epochs: NonNegativeInt = 0
+    # The stop rule. The initial parameters and every epoch are validated; an epoch that lowers the mean validation
+    # loss is kept (the best parameters are returned), but it counts as progress only when it lowers it by more than
+    # min_delta (absolute, per example: the losses may drop constants of the data, e.g. EBRank's, so a relative
+    # threshold would depend on them). After patience + 1 validations without progress the fit trains `grace` more
+    # epochs and stops, once min_epochs ran. The default (patience 0, grace 0, min_delta 1e-4) stops a warm start
+    # after its first epoch without progress; patience P, grace 1, min_delta 0 is the rule the fits had before
+    # (at least P + 2 epochs; the papers' settings, conf/fit_overrides/papers.yaml).
+    min_delta: NonNegative = 1e-4
+    grace: NonNegativeInt = 0
 
-    def __post_init__(self):
-        check_fields(self)
 
-    @classmethod
-    def from_mapping(cls, cfg) -> "FitConfig":
-        """A FitConfig from a ``fit`` mapping; a key it does not have is refused (``ConfigError``)."""
-        return cls(**strict_fields(cls, cfg, "fit"))
+def online_rule(cfg: FitConfig) -> fit_loop.Rule:
+    """The stop rule of an online fit: validate the initial parameters and every epoch; ``patience + 1`` validations
+    without progress (a fall of the loss by more than ``min_delta``) stop the fit after ``grace`` more epochs."""
+    return fit_loop.Rule(max_epochs=int(cfg.max_epochs), patience=int(cfg.patience) + 1, first=0, initial=True,
+                         grace=int(cfg.grace), min_epochs=int(cfg.min_epochs), min_delta=float(cfg.min_delta))
 
 
 def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | None = None) -> dict[str, np.ndarray]:
@@ -151,10 +154,7 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
 
     grad_fn = jax.value_and_grad(batch_loss)
     full_batch = cfg.optimizer == "lbfgs"
-    # validate the initial parameters and after every epoch; patience + 1 validations without improvement (by more
-    # than min_delta) stop the fit after `grace` more epochs (defaults: one, the loop's original form)
-    rule = fit_loop.Rule(max_epochs=int(cfg.max_epochs), patience=int(cfg.patience) + 1, first=0, initial=True,
-                         grace=int(cfg.grace), min_epochs=int(cfg.min_epochs), min_delta=float(cfg.min_delta))
+    rule = online_rule(cfg)
 
     def fit(params, train, val, key):
         n = train["weight"].shape[0]

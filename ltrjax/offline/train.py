@@ -15,47 +15,33 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from ltrjax.constraints import NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, check_fields, strict_fields
+from ltrjax.constraints import PositiveInt
 from ltrjax.models import fit_loop, optim
+from ltrjax.models.fit_config import FitFields
 from ltrjax.offline.estimators.base import Estimator
 
 
-def optimizer_names() -> tuple[str, ...]:
-    return tuple(optim.OPTIMIZERS)
-
-
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Settings of an offline estimator's fit; also the schema of ``experiment.train`` (``ltrjax.schema``)."""
+class TrainConfig(FitFields, block="train", optimizer="adam", learning_rate=0.01, batch_size=64, patience=10,
+                  min_epochs=1, clip_norm=5.0, weight_decay=0.0):
+    """Settings of an offline estimator's fit; also the schema of ``experiment.train`` (``ltrjax.schema``).
 
-    batch_size: PositiveInt = 64
-    optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"
-    learning_rate: Positive = 0.01
-    clip_norm: Positive | None = 5.0
-    weight_decay: NonNegative = 0.0
-    max_epochs: PositiveInt = 100
-    patience: NonNegativeInt = 10  # epochs without a better validation score before stopping
-    min_epochs: NonNegativeInt = 1
+    The shared fields are ``ltrjax.models.fit_config.FitFields``'; the defaults here are the offline estimators'.
+    ``patience``: validations without a better validation score before stopping (``fit_rule``).
+    """
+
+    max_epochs: PositiveInt = 100  # an offline fit trains (and validates) at least one epoch
     eval_every: PositiveInt = 1  # validate every n epochs (and at the last epoch)
     # a fixed step budget (the papers' rule): run max_steps steps (rounded up to whole epochs, at most max_epochs
     # epochs), validate every eval_every_steps steps (rounded to whole epochs), keep the best validated checkpoint;
     # no early stopping, and an estimator's min_steps/select_from do not change it (a table treats all alike)
     max_steps: PositiveInt | None = None
     eval_every_steps: PositiveInt | None = None
-
-    def __post_init__(self):
-        check_fields(self)
-
-    @classmethod
-    def from_mapping(cls, m) -> TrainConfig:
-        """A TrainConfig from a ``train`` mapping; a key it does not have is refused (``ConfigError``)."""
-        return cls(**strict_fields(cls, m, "train"))
 
 
 @dataclasses.dataclass

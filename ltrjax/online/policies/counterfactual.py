@@ -55,8 +55,11 @@ TARGETS = ("ips", "delta")
 
 # The paper code's training (seed-code.md §1.3): plain SGD, lr 0.05 (CFTopK, PRIOR; 0.01 for CFRandomK and
 # CFEpsilon, set in their configs), batch 64, <= 1000 epochs, early stopping with patience 60 (PRIOR 30) and
-# restore-best, warm-started from the current weights with a fresh optimizer at every update.
-DEFAULT_FIT = {"optimizer": "sgd", "learning_rate": 0.05, "batch_size": 64, "max_epochs": 1000, "patience": 60}
+# restore-best, warm-started from the current weights with a fresh optimizer at every update. The papers' form of
+# the stop rule (grace 1, no min_delta), not the online default (FitConfig: no forced epochs), which left these
+# SGD fits under-trained on a toy check (docs/performance.md).
+DEFAULT_FIT = {"optimizer": "sgd", "learning_rate": 0.05, "batch_size": 64, "max_epochs": 1000, "patience": 60,
+               "grace": 1, "min_delta": 0.0}
 
 
 def counters_of(docs: dict) -> DocCounters:
