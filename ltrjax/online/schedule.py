@@ -55,8 +55,10 @@ def padded_steps(steps: int, growth: float = 1.1) -> int:
 def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     """Longest-processing-time-first assignment of queries (with ``counts`` sessions) to lanes.
 
-    Queries are taken in decreasing count; each group of equal counts goes, ``n_lanes`` at a time,
-    to the currently least-loaded lanes — LPT up to ties, with one NumPy call per group.
+    Queries are taken in decreasing count; each group of equal counts is water-filled into the lanes: every lane
+    gets as many of the group as keep it at or below a common level, the rest go one each to the least-loaded lanes
+    (what LPT does for equal items, with a few NumPy calls per group). Lanes end within one query of each other
+    wherever the counts allow, so a segment needs about sessions / lanes steps.
     """
     lane_of_query = np.empty(counts.shape[0], np.int64)
     loads = np.zeros(n_lanes, np.int64)
@@ -64,11 +66,18 @@ def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     sorted_counts = counts[order]
     starts = np.flatnonzero(np.r_[True, np.diff(sorted_counts) != 0])
     for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
-        for chunk_start in range(start, stop, n_lanes):
-            chunk = order[chunk_start:min(stop, chunk_start + n_lanes)]
-            lanes = np.argsort(loads, kind="stable")[: len(chunk)]
-            lane_of_query[chunk] = lanes
-            loads[lanes] += sorted_counts[start]
+        size, m = int(sorted_counts[start]), int(stop - start)
+        # the highest level L with sum((L - load) // size, over lanes below L) <= m items
+        low, high = int(loads.min()), int(loads.max()) + size * (m // n_lanes + 2)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if (np.maximum(mid - loads, 0) // size).sum() <= m else (low, mid)
+        take = np.maximum(low - loads, 0) // size
+        rest = m - int(take.sum())
+        if rest:  # one more each for the least-loaded lanes after filling (stable: lower lane first)
+            take[np.argsort(loads + take * size, kind="stable")[:rest]] += 1
+        lane_of_query[order[start:stop]] = np.repeat(np.arange(n_lanes), take)
+        loads += take * size
     return lane_of_query
 
 

@@ -189,10 +189,15 @@ def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
     """The fewest lanes (at most ``most``) whose ``lane_schedule`` of every segment's sessions (their bucket rows)
     fits into ``steps`` steps: from the sessions per step of the busiest segment upwards."""
     busiest = max((len(r) for r in segment_rows), default=0)
-    lanes = max(1, min(most, -(-busiest // max(steps, 1))))
-    while lanes < most and any(len(r) and lane_schedule(r, lanes).shape[0] > steps for r in segment_rows):
-        lanes = min(most, max(lanes + 1, int(lanes * 1.05)))
-    return lanes
+    fits = lambda n: all(not len(r) or lane_schedule(r, n).shape[0] <= steps for r in segment_rows)  # noqa: E731
+    low = max(1, min(most, -(-busiest // max(steps, 1))))
+    if fits(low):
+        return low
+    high = most  # the configured lanes fit (``plan`` chose ``steps`` from them); bisect for the fewest above low
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    return high
 
 
 def trial_keys(key: jax.Array) -> TrialKeys:
@@ -664,9 +669,10 @@ class Simulator:
 
     def reachable_widths(self, runs: list[SessionDraws]) -> tuple[int, ...]:
         """Per bucket, how many entry slots the documents of any query can fill in these sessions (each trial's
-        whole phase): the most initial documents plus the most entering sessions of one query, plus K (so even
-        the empty display slots of a list index the same slots), rounded up to a multiple of 32 (few shapes to
-        compile), at most the bucket's width."""
+        whole phase): the most initial documents plus the most entering sessions of one query, at least K (a list
+        of fewer than K entered documents shows empty slots, and ``lax.top_k`` gives them the lowest masked
+        indices, ``entered .. K-1``: within the first K, so they index the same slots narrowed or not), rounded up
+        to a multiple of 32 (few shapes to compile), at most the bucket's width."""
         entering = np.zeros(self.data.n_queries, np.int64)
         for draws in runs:
             entering = np.maximum(entering, np.bincount(draws.query[draws.enter], minlength=self.data.n_queries))
@@ -674,14 +680,14 @@ class Simulator:
         for b, bucket in enumerate(self.data.buckets):
             queries = np.asarray(bucket.query_index)
             most = int(entering[queries].max()) if len(queries) else 0
-            need = self.config.initial_docs[1] + most + self.config.top_k
+            need = max(self.config.initial_docs[1] + most, self.config.top_k)
             widths.append(int(min(bucket.width, -(-need // 32) * 32)))
         return tuple(widths)
 
     def segment_widths(self, runs: list[SessionDraws], stops: np.ndarray) -> list[tuple[int, ...]]:
         """Per segment (``stops[s]``: its last session, inclusive) and bucket, how many entry slots the documents of
         any query can fill by the segment's end in these sessions (each trial's phase): the most initial documents
-        plus the most entering sessions of one query so far, plus K, on the ``width_ladder`` (few shapes to
+        plus the most entering sessions of one query so far, at least K (``reachable_widths``), on the ``width_ladder`` (few shapes to
         compile), at most the bucket's width. A segment scans only these slots (``step.narrow_segment``). Like the
         step count, the widths are remembered per segment count and only ever grow, so later trials reuse the
         compiled shapes unless their draws need wider rows. With ``sim.segment_widths=phase`` (the default) every
@@ -698,8 +704,8 @@ class Simulator:
                 upto = draws.slice(0, int(stop) + 1)
                 entering = np.maximum(entering, np.bincount(upto.query[upto.enter], minlength=self.data.n_queries))
             out.append(tuple(
-                width_ladder(self.config.initial_docs[1] + (int(entering[q].max()) if len(q) else 0)
-                             + self.config.top_k, bucket.width)
+                width_ladder(max(self.config.initial_docs[1] + (int(entering[q].max()) if len(q) else 0),
+                                 self.config.top_k), bucket.width)
                 for q, bucket in zip(queries, self.data.buckets)))
         before = self._widths.get(len(stops), out)
         out = [tuple(max(a, b) for a, b in zip(x, y)) for x, y in zip(out, before)]
