@@ -99,6 +99,28 @@ def test_ladder_widths_give_the_same_run(sim):
     np.testing.assert_equal(got.eval_history, want.eval_history)
 
 
+def test_class_widths_give_the_same_run(sim):
+    """Width classes (``segment_widths=classes``: per segment every query scans the smallest class width that holds
+    its documents, one program per phase) change only the schedule and the scanned slots: a population of two
+    trials gives the shown lists, clicks, NDCG and evaluations of the default, each member as alone; the plans scan
+    fewer slots."""
+    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+    keys = [jax.random.PRNGKey(11), jax.random.PRNGKey(12)]
+    want = sim.run_population(policy, keys, progress=False, keep_logs=True)
+    classes = Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, segment_widths="classes"),
+                        warmup_policy=sim.warmup_policy)
+    got = classes.run_population(policy, keys, progress=False, keep_logs=True)
+    assert classes.width_shapes() == 1
+    for g, w in zip(got, want):
+        for a, b in zip(g.logs, w.logs):
+            np.testing.assert_array_equal(a.shown, b.shown)
+            np.testing.assert_array_equal(a.clicks, b.clicks)
+        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
+        np.testing.assert_equal(g.eval_history, w.eval_history)
+        assert g.cum_ndcg == w.cum_ndcg
+    assert classes.doc_slot_occupancy(policy, keys) > sim.doc_slot_occupancy(policy, keys)
+
+
 def test_segment_widths_cover_every_entered_document(sim):
     """Per-segment widths (``segment_widths=ladder``) grow with the run, stay on the ladder and within the bucket,
     and hold every document entered by the segment's end, and at least K slots (so narrowing is exact,

@@ -135,10 +135,12 @@ def doc_slot_occupancy(plans: list[list[np.ndarray]], entered: list[np.ndarray],
     """Entered-document evaluations / scanned document slots of a phase (issue 22): ``plans[s][b]`` is segment s's
     lane schedule of bucket b ``[steps, lanes]`` (segment-local session index, -1 idle), ``entered[s]`` the entered
     count each of the segment's sessions ranks over (``entered_counts``), ``widths[s][b]`` the entry slots the
-    segment scans in bucket b. Every lane of every step scans its bucket's width, busy or idle."""
+    segment scans in bucket b: one number, or one per step (width classes; 0 for a step that is not run). Every
+    lane of every step scans its width, busy or idle."""
     useful = scanned = 0
     for plan, counts, width in zip(plans, entered, widths):
         for schedule, w in zip(plan, width):
             useful += int(counts[schedule[schedule >= 0]].sum())
-            scanned += schedule.size * int(w)
+            per_step = np.broadcast_to(np.asarray(w, np.int64), schedule.shape[:1])
+            scanned += schedule.shape[1] * int(per_step.sum())
     return useful / scanned if scanned else float("nan")

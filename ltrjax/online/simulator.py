@@ -56,7 +56,8 @@ RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappi
 DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
-SEGMENT_WIDTHS = ("phase", "ladder")
+SEGMENT_WIDTHS = ("phase", "ladder", "classes")
+CLASS_STEPS = 32  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
 # the sim keys that change only what is reported (history_splits): ltrjax.record.REPORTING_KEYS
 
 
@@ -183,6 +184,37 @@ class PreparedSegment:
     n_sessions: int  # sessions of the segment per member
     trial_of: np.ndarray  # trial index of every member
     widths: tuple | None = None  # per bucket: entry slots the segment program advances (None: every slot)
+    bounds: tuple | None = None  # width classes: per bucket the first step of every class and the end ([C+1])
+
+
+class ClassPlan(list):
+    """One trial's lane schedules of a segment planned in width classes (``sim.segment_widths=classes``), per
+    bucket, with what every trial of the segment shares: ``widths[b]`` the class widths (static, one set per
+    phase) and ``bounds[b]`` the first step of every class and the last step's end (``[C+1]``)."""
+
+    def __init__(self, schedules, widths: tuple, bounds: tuple):
+        super().__init__(schedules)
+        self.widths, self.bounds = widths, bounds
+
+
+def class_rungs(cap: int, top_k: int) -> tuple[int, ...]:
+    """The class widths of a bucket whose phase can fill ``cap`` entry slots: the ``width_ladder`` rungs from the
+    one holding K up to ``cap`` (8, 12, 16, 24, ...; the last is ``cap``)."""
+    rungs = [width_ladder(top_k, cap)]
+    while rungs[-1] < cap:
+        rungs.append(width_ladder(rungs[-1] + 1, cap))
+    return tuple(rungs)
+
+
+def class_step_widths(plan: ClassPlan) -> list[np.ndarray]:
+    """Per bucket, the width each step of a ``ClassPlan`` scans (0 past the last class: those steps are not run)."""
+    out = []
+    for schedule, rungs, bounds in zip(plan, plan.widths, plan.bounds):
+        per_step = np.zeros(schedule.shape[0], np.int64)
+        for c, w in enumerate(rungs):
+            per_step[bounds[c]:bounds[c + 1]] = w
+        out.append(per_step)
+    return out
 
 
 def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
@@ -345,6 +377,8 @@ def compiled(policy: Policy) -> dict[str, Callable]:
         programs = {
             # states are donated: the scan updates their buffers in place instead of copying them
             "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
+            "class_segment": jax.jit(functools.partial(step_lib.population_class_segment, policy), donate_argnums=3,
+                                     static_argnames=("widths",)),
             "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0))),
             "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
@@ -497,9 +531,74 @@ class Simulator:
         points = update_points(n_main, self.config.n_segments)
         starts = np.concatenate([[0], points[:-1] + 1])
         segments = [[m.slice(int(a), int(b)) for m in mains] for a, b in zip(starts, points + 1)]
+        if self.config.segment_widths == "classes":
+            return points, starts, segments, self.class_plans(mains, segments, points)
         plans = self.plan([s for per_trial in segments for s in per_trial])
         plans = [plans[i * len(mains):(i + 1) * len(mains)] for i in range(len(segments))]
         return points, starts, segments, plans
+
+    def class_plans(self, mains: list[SessionDraws], segments: list[list[SessionDraws]], points: np.ndarray
+                    ) -> list[list[ClassPlan]]:
+        """Per segment and trial, the lane schedules of a main phase planned in width classes
+        (``sim.segment_widths=classes``). A query's class in a segment is the smallest of the bucket's class widths
+        (``class_rungs`` up to its ``segment_widths``) that holds every document it can have entered by the
+        segment's end (the most initial documents plus its entries so far, at most its documents; at least K).
+        Each class's sessions are packed into the bucket's lanes (``lane_schedule``) and the classes follow each
+        other in time; every trial of a segment gets the same class bounds (the longest trial's). The lanes per
+        bucket are sized from the bucket's sessions per segment (about ``CLASS_STEPS`` steps, at most
+        ``n_lanes``) and the schedules padded to one step count per bucket (``padded_steps``): with the class
+        widths remembered per phase, one segment program serves the phase; the bounds are its arguments."""
+        cfg, data = self.config, self.data
+        widths = self.segment_widths(mains, points)[0]
+        n_docs = np.zeros(data.n_queries, np.int64)
+        for b in data.buckets:
+            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
+        bucket_of = [data.bucket_of_query[d.query] for d in mains]
+        lanes = self._lanes.get("classes")
+        if lanes is None:
+            busiest = [max(int(np.sum(bucket_of[t][a:z + 1] == b)) for t in range(len(mains))
+                           for a, z in zip(np.r_[0, points[:-1] + 1], points)) for b in range(len(data.buckets))]
+            lanes = tuple(max(1, min(n, -(-m // CLASS_STEPS))) for n, m in zip(self.n_lanes, busiest))
+            self._lanes["classes"] = lanes
+        entering = [np.zeros(data.n_queries, np.int64) for _ in mains]
+        out = []
+        for s, per_trial in enumerate(segments):
+            for t, draws in enumerate(per_trial):
+                entering[t] += np.bincount(draws.query[draws.enter], minlength=data.n_queries)
+            per_bucket = [[] for _ in mains]  # per trial, per bucket: the class schedules
+            bounds = []
+            for b in range(len(data.buckets)):
+                rungs = np.asarray(widths[b])
+                blocks = [[] for _ in mains]
+                for t, draws in enumerate(per_trial):
+                    members = np.flatnonzero(data.bucket_of_query[draws.query] == b)
+                    q = draws.query[members]
+                    need = np.maximum(np.minimum(cfg.initial_docs[1] + entering[t][q], n_docs[q]), cfg.top_k)
+                    cls = np.minimum(np.searchsorted(rungs, need), len(rungs) - 1)
+                    for c in range(len(rungs)):
+                        pick = members[cls == c]
+                        if pick.size == 0:
+                            blocks[t].append(np.zeros((0, lanes[b]), np.int64))
+                            continue
+                        schedule = lane_schedule(data.row_of_query[draws.query[pick]], lanes[b])
+                        blocks[t].append(np.where(schedule >= 0, pick[np.maximum(schedule, 0)], -1))
+                steps = [max(blocks[t][c].shape[0] for t in range(len(mains))) for c in range(len(rungs))]
+                bounds.append(tuple(int(x) for x in np.r_[0, np.cumsum(steps)]))
+                for t in range(len(mains)):
+                    per_bucket[t].append(np.concatenate(
+                        [np.concatenate([blk, np.full((n - blk.shape[0], lanes[b]), -1, np.int64)])
+                         for blk, n in zip(blocks[t], steps)]))
+            out.append((per_bucket, tuple(bounds)))
+        total = self._steps.get("classes", ())
+        need = tuple(max(bnd[b][-1] for _, bnd in out) for b in range(len(data.buckets)))
+        if not total or any(n > m for n, m in zip(need, total)):
+            total = tuple(max(padded_steps(max(n, 1)), m) for n, m in zip(need, total or (0,) * len(need)))
+            self._steps["classes"] = total
+        plans = []
+        for per_bucket, bnd in out:
+            plans.append([ClassPlan([np.concatenate([sch, np.full((total[b] - sch.shape[0], lanes[b]), -1, np.int64)])
+                                     for b, sch in enumerate(trial)], widths, bnd) for trial in per_bucket])
+        return plans
 
     def schedule_inputs(self, draws: SessionDraws, plan: list[np.ndarray], run_key: jax.Array
                         ) -> tuple[list[step_lib.SessionInputs], list[tuple[np.ndarray, np.ndarray]]]:
@@ -696,6 +795,13 @@ class Simulator:
             out = [self.reachable_widths(runs)] * len(stops)
             self._width_shapes.update(out)
             return out
+        if self.config.segment_widths == "classes":  # the class widths, one set per phase (``class_plans``)
+            reach = tuple(max(a, b) for a, b in zip(self.reachable_widths(runs),
+                                                        self._widths.get(-1, [(0,) * len(self.data.buckets)])[0]))
+            self._widths[-1] = [reach]
+            out = [tuple(class_rungs(w, self.config.top_k) for w in reach)] * len(stops)
+            self._width_shapes.update(out)
+            return out
         queries = [np.asarray(b.query_index) for b in self.data.buckets]
         out = []
         for stop in stops:
@@ -739,7 +845,8 @@ class Simulator:
             for s in range(len(points)):
                 all_plans.append(plans[s][t])
                 all_entered.append(entered[starts[s]:points[s] + 1])
-                all_widths.append(widths[s])
+                all_widths.append(class_step_widths(plans[s][t]) if isinstance(plans[s][t], ClassPlan)
+                                  else widths[s])
         return doc_slot_occupancy(all_plans, all_entered, all_widths)
 
     def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray,
@@ -748,17 +855,26 @@ class Simulator:
         inputs (with the click uniforms) stacked per member, and where each output goes. It does not depend
         on the simulation state, so the next segment is prepared while the device runs the current one."""
         per_trial = [self.schedule_inputs(d, p, k) for d, p, k in zip(draws, plans, run_keys)]
+        bounds = None
+        if isinstance(plans[0], ClassPlan):
+            widths, bounds = plans[0].widths, tuple(np.asarray(b, np.int32) for b in plans[0].bounds)
         schedules = tuple(
             jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
         return PreparedSegment(schedules=self._shard(schedules),
                                keys=self._shard(jnp.stack([run_keys[t] for t in trial_of])),
                                targets=[targets for _, targets in per_trial], n_sessions=len(draws[0]),
-                               trial_of=trial_of, widths=widths)
+                               trial_of=trial_of, widths=widths, bounds=bounds)
 
     def _launch(self, policy: Policy, params, hyper, states, segment: PreparedSegment):
         """Dispatch one prepared segment (asynchronously): returns the new states, the device outputs and the
         segment's ``prepare`` output for evaluation (``step.population_segment``)."""
+        if segment.bounds is not None:
+            widths = (segment.widths if policy.narrow_rows
+                      else tuple((None,) * len(w) for w in segment.widths))
+            return compiled(policy)["class_segment"](self.protocol, params, hyper, self._shard(tuple(states)),
+                                                     self.data.buckets, self.gains, self.idcg, segment.schedules,
+                                                     segment.keys, segment.bounds, widths=widths)
         widths = segment.widths if policy.narrow_rows else None
         return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
                                            self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys,
