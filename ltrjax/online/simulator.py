@@ -57,7 +57,7 @@ DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder", "classes")
-CLASS_STEPS = 32  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
+CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
 # the sim keys that change only what is reported (history_splits): ltrjax.record.REPORTING_KEYS
 
 
@@ -206,13 +206,14 @@ def class_rungs(cap: int, top_k: int) -> tuple[int, ...]:
     return tuple(rungs)
 
 
-def class_step_widths(plan: ClassPlan) -> list[np.ndarray]:
-    """Per bucket, the width each step of a ``ClassPlan`` scans (0 past the last class: those steps are not run)."""
+def class_step_widths(plan: ClassPlan, full: list[int] | None = None) -> list[np.ndarray]:
+    """Per bucket, the width each step of a ``ClassPlan`` scans (0 past the last class: those steps are not run);
+    ``full``: per bucket the width every run step scans instead (a policy without ``narrow_rows``)."""
     out = []
-    for schedule, rungs, bounds in zip(plan, plan.widths, plan.bounds):
+    for b, (schedule, rungs, bounds) in enumerate(zip(plan, plan.widths, plan.bounds)):
         per_step = np.zeros(schedule.shape[0], np.int64)
         for c, w in enumerate(rungs):
-            per_step[bounds[c]:bounds[c + 1]] = w
+            per_step[bounds[c]:bounds[c + 1]] = w if full is None else full[b]
         out.append(per_step)
     return out
 
@@ -845,8 +846,9 @@ class Simulator:
             for s in range(len(points)):
                 all_plans.append(plans[s][t])
                 all_entered.append(entered[starts[s]:points[s] + 1])
-                all_widths.append(class_step_widths(plans[s][t]) if isinstance(plans[s][t], ClassPlan)
-                                  else widths[s])
+                all_widths.append(class_step_widths(plans[s][t], None if policy.narrow_rows else
+                                                    [b.width for b in self.data.buckets])
+                                  if isinstance(plans[s][t], ClassPlan) else widths[s])
         return doc_slot_occupancy(all_plans, all_entered, all_widths)
 
     def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray,
