@@ -91,7 +91,8 @@ class SimConfig:
     history_splits: Annotated[str, OneOf(HISTORY_SPLITS)] = "test"
     # entry slots a narrowing policy scans: "phase" = one width per bucket for the whole phase (multiple of 32; one
     # segment program), "ladder" = per segment on a geometric ladder (fewer padded slots, but one program per
-    # width set: 7-11 compiles at the synthetic MQ2007/MSLR shapes). Same results either way.
+    # width set: 7-9 compiles at the synthetic MQ2007/MSLR shapes), "classes" = per segment and query, the
+    # smallest of a few class widths that holds its documents (one program per phase). Same results either way.
     segment_widths: Annotated[str, OneOf(SEGMENT_WIDTHS)] = "phase"
 
     def __post_init__(self):
