@@ -576,7 +576,9 @@ class Simulator:
                     members = np.flatnonzero(data.bucket_of_query[draws.query] == b)
                     q = draws.query[members]
                     need = np.maximum(np.minimum(cfg.initial_docs[1] + entering[t][q], n_docs[q]), cfg.top_k)
-                    cls = np.minimum(np.searchsorted(rungs, need), len(rungs) - 1)
+                    if len(need) and need.max() > rungs[-1]:  # segment_widths covers the phase: never here
+                        raise AssertionError(f"bucket {b}: a query can fill {need.max()} slots > {rungs[-1]}")
+                    cls = np.searchsorted(rungs, need)
                     for c in range(len(rungs)):
                         pick = members[cls == c]
                         if pick.size == 0:
