@@ -55,6 +55,26 @@ def padded_steps(steps: int, growth: float = 1.1) -> int:
 def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     """Longest-processing-time-first assignment of queries (with ``counts`` sessions) to lanes.
 
+    Queries are taken in decreasing count; each group of equal counts goes, ``n_lanes`` at a time,
+    to the currently least-loaded lanes — LPT up to ties, with one NumPy call per group.
+    """
+    lane_of_query = np.empty(counts.shape[0], np.int64)
+    loads = np.zeros(n_lanes, np.int64)
+    order = np.argsort(-counts, kind="stable")
+    sorted_counts = counts[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(sorted_counts) != 0])
+    for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
+        for chunk_start in range(start, stop, n_lanes):
+            chunk = order[chunk_start:min(stop, chunk_start + n_lanes)]
+            lanes = np.argsort(loads, kind="stable")[: len(chunk)]
+            lane_of_query[chunk] = lanes
+            loads[lanes] += sorted_counts[start]
+    return lane_of_query
+
+
+def level_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
+    """``balance_lanes`` that levels the lanes (``sim.segment_widths=classes``).
+
     Queries are taken in decreasing count; each group of equal counts is water-filled into the lanes: every lane
     gets as many of the group as keep it at or below a common level, the rest go one each to the least-loaded lanes
     (what LPT does for equal items, with a few NumPy calls per group). Lanes end within one query of each other
@@ -81,18 +101,19 @@ def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     return lane_of_query
 
 
-def lane_schedule(rows: np.ndarray, n_lanes: int) -> np.ndarray:
+def lane_schedule(rows: np.ndarray, n_lanes: int, level: bool = False) -> np.ndarray:
     """Pack sessions (given by their query row, in time order) into lanes.
 
     Returns ``schedule`` of shape ``[steps, n_lanes]``: the index into ``rows`` of the session a
     lane runs at each step, or -1 when the lane is idle. ``steps`` is the busiest lane's load, unpadded:
     the simulator pads every bucket and segment to one step count of the ``padded_steps`` ladder, once.
+    ``level``: pack with ``level_lanes`` (lanes within one query of each other) instead of ``balance_lanes``.
     """
     n = rows.shape[0]
     if n == 0:
         return np.full((1, n_lanes), -1, np.int64)
     _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
-    lane = balance_lanes(counts, n_lanes)[inverse]
+    lane = (level_lanes if level else balance_lanes)(counts, n_lanes)[inverse]
     by_lane = np.lexsort((np.arange(n), inverse, lane))  # lane, then query, then time
     lane_sorted = lane[by_lane]
     start = np.searchsorted(lane_sorted, np.arange(n_lanes))

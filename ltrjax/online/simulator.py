@@ -223,15 +223,10 @@ def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
     """The fewest lanes (at most ``most``) whose ``lane_schedule`` of every segment's sessions (their bucket rows)
     fits into ``steps`` steps: from the sessions per step of the busiest segment upwards."""
     busiest = max((len(r) for r in segment_rows), default=0)
-    fits = lambda n: all(not len(r) or lane_schedule(r, n).shape[0] <= steps for r in segment_rows)  # noqa: E731
-    low = max(1, min(most, -(-busiest // max(steps, 1))))
-    if fits(low):
-        return low
-    high = most  # the configured lanes fit (``plan`` chose ``steps`` from them); bisect for the fewest above low
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if fits(mid) else (mid, high)
-    return high
+    lanes = max(1, min(most, -(-busiest // max(steps, 1))))
+    while lanes < most and any(len(r) and lane_schedule(r, lanes).shape[0] > steps for r in segment_rows):
+        lanes = min(most, max(lanes + 1, int(lanes * 1.05)))
+    return lanes
 
 
 def trial_keys(key: jax.Array) -> TrialKeys:
@@ -584,7 +579,7 @@ class Simulator:
                         if pick.size == 0:
                             blocks[t].append(np.zeros((0, lanes[b]), np.int64))
                             continue
-                        schedule = lane_schedule(data.row_of_query[draws.query[pick]], lanes[b])
+                        schedule = lane_schedule(data.row_of_query[draws.query[pick]], lanes[b], level=True)
                         blocks[t].append(np.where(schedule >= 0, pick[np.maximum(schedule, 0)], -1))
                 steps = [max(blocks[t][c].shape[0] for t in range(len(mains))) for c in range(len(rungs))]
                 bounds.append(tuple(int(x) for x in np.r_[0, np.cumsum(steps)]))
@@ -596,7 +591,8 @@ class Simulator:
         total = self._steps.get("classes", ())
         need = tuple(max(bnd[b][-1] for _, bnd in out) for b in range(len(data.buckets)))
         if not total or any(n > m for n, m in zip(need, total)):
-            total = tuple(max(padded_steps(max(n, 1)), m) for n, m in zip(need, total or (0,) * len(need)))
+            # headroom for other trials' draws: steps past the bounds are not run, so it costs only their inputs
+            total = tuple(max(padded_steps(max(-(-5 * n // 4), 1)), m) for n, m in zip(need, total or (0,) * len(need)))
             self._steps["classes"] = total
         plans = []
         for per_bucket, bnd in out:
