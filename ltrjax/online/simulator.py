@@ -786,11 +786,13 @@ class Simulator:
     def segment_widths(self, runs: list[SessionDraws], stops: np.ndarray) -> list[tuple[int, ...]]:
         """Per segment (``stops[s]``: its last session, inclusive) and bucket, how many entry slots the documents of
         any query can fill by the segment's end in these sessions (each trial's phase): the most initial documents
-        plus the most entering sessions of one query so far, at least K (``reachable_widths``), on the ``width_ladder`` (few shapes to
-        compile), at most the bucket's width. A segment scans only these slots (``step.narrow_segment``). Like the
-        step count, the widths are remembered per segment count and only ever grow, so later trials reuse the
-        compiled shapes unless their draws need wider rows. With ``sim.segment_widths=phase`` (the default) every
-        segment gets the phase's ``reachable_widths`` instead (one program)."""
+        plus the most entering sessions of one query so far, at least K (``reachable_widths``), on the
+        ``width_ladder`` (few shapes to compile), at most the bucket's width. A segment scans only these slots
+        (``step.narrow_segment``). Like the step count, the widths are remembered per segment count and only ever
+        grow, so later trials reuse the compiled shapes unless their draws need wider rows. With
+        ``sim.segment_widths=phase`` (the default) every segment gets the phase's ``reachable_widths`` instead (one
+        program); with ``classes`` every segment gets per bucket the class widths (``class_rungs``) up to the
+        phase's ``reachable_widths``, remembered and only growing (``class_plans``)."""
         if self.config.segment_widths == "phase":
             out = [self.reachable_widths(runs)] * len(stops)
             self._width_shapes.update(out)
