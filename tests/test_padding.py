@@ -13,7 +13,7 @@ from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
                                     width_ladder)
-from ltrjax.online.simulator import SimConfig, Simulator, fitted_lanes
+from ltrjax.online.simulator import SimConfig, Simulator, class_rungs, fitted_lanes
 from tests.toy_data import toy_queryset
 
 
@@ -46,6 +46,28 @@ def test_width_ladder():
         w = width_ladder(need, 10_000)
         assert need <= w < 1.5 * max(need, 6)  # within 1.5x of the need (8 is the smallest rung)
     assert width_ladder(70, 40) == 40  # never wider than the bucket
+
+
+def test_level_lanes_pack_within_one_query():
+    """``lane_schedule(level=True)`` (width classes) is a valid schedule whose busiest lane exceeds the mean load by
+    less than the biggest query."""
+    rng = np.random.default_rng(1)
+    for n, n_queries, n_lanes in [(1700, 900, 90), (600, 40, 16), (50, 3, 8)]:
+        rows = rng.integers(0, n_queries, n)
+        level = lane_schedule(rows, n_lanes, level=True)
+        idx = np.sort(level[level >= 0])
+        np.testing.assert_array_equal(idx, np.arange(n))  # every session once
+        for lane in level.T:  # each query's sessions stay in time order within its lane
+            mine = lane[lane >= 0]
+            for q in np.unique(rows[mine]):
+                assert np.all(np.diff(mine[rows[mine] == q]) > 0)
+        assert level.shape[0] < -(-n // n_lanes) + np.bincount(rows).max()
+
+
+def test_class_rungs():
+    assert class_rungs(64, 5) == (8, 12, 16, 24, 32, 48, 64)
+    assert class_rungs(40, 5) == (8, 12, 16, 24, 32, 40)
+    assert class_rungs(8, 5) == (8,) and class_rungs(6, 5) == (6,)
 
 
 def test_fitted_lanes_are_the_fewest_that_fit():
