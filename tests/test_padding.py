@@ -13,7 +13,7 @@ from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
                                     width_ladder)
-from ltrjax.online.simulator import SimConfig, Simulator, fitted_lanes
+from ltrjax.online.simulator import SimConfig, Simulator, class_rungs, fitted_lanes
 from ltrjax.data.toy import toy_queryset
 
 
@@ -46,6 +46,28 @@ def test_width_ladder():
         w = width_ladder(need, 10_000)
         assert need <= w < 1.5 * max(need, 6)  # within 1.5x of the need (8 is the smallest rung)
     assert width_ladder(70, 40) == 40  # never wider than the bucket
+
+
+def test_level_lanes_pack_within_one_query():
+    """``lane_schedule(level=True)`` (width classes) is a valid schedule whose busiest lane exceeds the mean load by
+    less than the biggest query."""
+    rng = np.random.default_rng(1)
+    for n, n_queries, n_lanes in [(1700, 900, 90), (600, 40, 16), (50, 3, 8)]:
+        rows = rng.integers(0, n_queries, n)
+        level = lane_schedule(rows, n_lanes, level=True)
+        idx = np.sort(level[level >= 0])
+        np.testing.assert_array_equal(idx, np.arange(n))  # every session once
+        for lane in level.T:  # each query's sessions stay in time order within its lane
+            mine = lane[lane >= 0]
+            for q in np.unique(rows[mine]):
+                assert np.all(np.diff(mine[rows[mine] == q]) > 0)
+        assert level.shape[0] < -(-n // n_lanes) + np.bincount(rows).max()
+
+
+def test_class_rungs():
+    assert class_rungs(64, 5) == (8, 12, 16, 24, 32, 48, 64)
+    assert class_rungs(40, 5) == (8, 12, 16, 24, 32, 40)
+    assert class_rungs(8, 5) == (8,) and class_rungs(6, 5) == (6,)
 
 
 def test_fitted_lanes_are_the_fewest_that_fit():
@@ -99,9 +121,31 @@ def test_ladder_widths_give_the_same_run(sim):
     np.testing.assert_equal(got.eval_history, want.eval_history)
 
 
+def test_class_widths_give_the_same_run(sim):
+    """Width classes (``segment_widths=classes``: per segment every query scans the smallest class width that holds
+    its documents, one program per phase) change only the schedule and the scanned slots: a population of two
+    trials gives the shown lists, clicks, NDCG and evaluations of the default, each member as alone; the plans scan
+    fewer slots."""
+    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+    keys = [jax.random.PRNGKey(11), jax.random.PRNGKey(12)]
+    want = sim.run_population(policy, keys, progress=False, keep_logs=True)
+    classes = Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, segment_widths="classes"),
+                        warmup_policy=sim.warmup_policy)
+    got = classes.run_population(policy, keys, progress=False, keep_logs=True)
+    assert classes.width_shapes() == 1
+    for g, w in zip(got, want):
+        for a, b in zip(g.logs, w.logs):
+            np.testing.assert_array_equal(a.shown, b.shown)
+            np.testing.assert_array_equal(a.clicks, b.clicks)
+        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
+        np.testing.assert_equal(g.eval_history, w.eval_history)
+        assert g.cum_ndcg == w.cum_ndcg
+    assert classes.doc_slot_occupancy(policy, keys) > sim.doc_slot_occupancy(policy, keys)
+
+
 def test_segment_widths_cover_every_entered_document(sim):
     """Per-segment widths (``segment_widths=ladder``) grow with the run, stay on the ladder and within the bucket,
-    and hold every document entered by the segment's end plus K display slots (so narrowing is exact,
+    and hold every document entered by the segment's end, and at least K slots (so narrowing is exact,
     tests/test_population.py)."""
     sim = ladder(sim)
     mains = [sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), t))[1] for t in range(2)]
@@ -123,7 +167,7 @@ def test_segment_widths_cover_every_entered_document(sim):
             in_bucket = np.isin(draws.query, queries)
             for s, stop in enumerate(points):
                 most = entered[:stop + 1][in_bucket[:stop + 1]].max()
-                assert per_segment[s] >= min(most + sim.config.top_k, bucket.width)
+                assert per_segment[s] >= min(max(most, sim.config.top_k), bucket.width)
 
 
 def test_fitted_lanes_raise_occupancy_and_keep_results(sim):

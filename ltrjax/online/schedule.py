@@ -72,18 +72,48 @@ def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     return lane_of_query
 
 
-def lane_schedule(rows: np.ndarray, n_lanes: int) -> np.ndarray:
+def level_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
+    """``balance_lanes`` that levels the lanes (``sim.segment_widths=classes``).
+
+    Queries are taken in decreasing count; each group of equal counts is water-filled into the lanes: every lane
+    gets as many of the group as keep it at or below a common level, the rest go one each to the least-loaded lanes
+    (what LPT does for equal items, with a few NumPy calls per group). Lanes end within one query of each other
+    wherever the counts allow, so a segment needs about sessions / lanes steps.
+    """
+    lane_of_query = np.empty(counts.shape[0], np.int64)
+    loads = np.zeros(n_lanes, np.int64)
+    order = np.argsort(-counts, kind="stable")
+    sorted_counts = counts[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(sorted_counts) != 0])
+    for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
+        size, m = int(sorted_counts[start]), int(stop - start)
+        # the highest level L with sum((L - load) // size, over lanes below L) <= m items
+        low, high = int(loads.min()), int(loads.max()) + size * (m // n_lanes + 2)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if (np.maximum(mid - loads, 0) // size).sum() <= m else (low, mid)
+        take = np.maximum(low - loads, 0) // size
+        rest = m - int(take.sum())
+        if rest:  # one more each for the least-loaded lanes after filling (stable: lower lane first)
+            take[np.argsort(loads + take * size, kind="stable")[:rest]] += 1
+        lane_of_query[order[start:stop]] = np.repeat(np.arange(n_lanes), take)
+        loads += take * size
+    return lane_of_query
+
+
+def lane_schedule(rows: np.ndarray, n_lanes: int, level: bool = False) -> np.ndarray:
     """Pack sessions (given by their query row, in time order) into lanes.
 
     Returns ``schedule`` of shape ``[steps, n_lanes]``: the index into ``rows`` of the session a
     lane runs at each step, or -1 when the lane is idle. ``steps`` is the busiest lane's load, unpadded:
     the simulator pads every bucket and segment to one step count of the ``padded_steps`` ladder, once.
+    ``level``: pack with ``level_lanes`` (lanes within one query of each other) instead of ``balance_lanes``.
     """
     n = rows.shape[0]
     if n == 0:
         return np.full((1, n_lanes), -1, np.int64)
     _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
-    lane = balance_lanes(counts, n_lanes)[inverse]
+    lane = (level_lanes if level else balance_lanes)(counts, n_lanes)[inverse]
     by_lane = np.lexsort((np.arange(n), inverse, lane))  # lane, then query, then time
     lane_sorted = lane[by_lane]
     start = np.searchsorted(lane_sorted, np.arange(n_lanes))
@@ -126,10 +156,12 @@ def doc_slot_occupancy(plans: list[list[np.ndarray]], entered: list[np.ndarray],
     """Entered-document evaluations / scanned document slots of a phase (issue 22): ``plans[s][b]`` is segment s's
     lane schedule of bucket b ``[steps, lanes]`` (segment-local session index, -1 idle), ``entered[s]`` the entered
     count each of the segment's sessions ranks over (``entered_counts``), ``widths[s][b]`` the entry slots the
-    segment scans in bucket b. Every lane of every step scans its bucket's width, busy or idle."""
+    segment scans in bucket b: one number, or one per step (width classes; 0 for a step that is not run). Every
+    lane of every step scans its width, busy or idle."""
     useful = scanned = 0
     for plan, counts, width in zip(plans, entered, widths):
         for schedule, w in zip(plan, width):
             useful += int(counts[schedule[schedule >= 0]].sum())
-            scanned += schedule.size * int(w)
+            per_step = np.broadcast_to(np.asarray(w, np.int64), schedule.shape[:1])
+            scanned += schedule.shape[1] * int(per_step.sum())
     return useful / scanned if scanned else float("nan")

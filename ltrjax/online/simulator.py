@@ -56,7 +56,8 @@ RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappi
 DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
-SEGMENT_WIDTHS = ("phase", "ladder")
+SEGMENT_WIDTHS = ("phase", "ladder", "classes")
+CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
 # the sim keys that change only what is reported (history_splits): ltrjax.record.REPORTING_KEYS
 
 
@@ -90,7 +91,8 @@ class SimConfig:
     history_splits: Annotated[str, OneOf(HISTORY_SPLITS)] = "test"
     # entry slots a narrowing policy scans: "phase" = one width per bucket for the whole phase (multiple of 32; one
     # segment program), "ladder" = per segment on a geometric ladder (fewer padded slots, but one program per
-    # width set: 7-11 compiles at the synthetic MQ2007/MSLR shapes). Same results either way.
+    # width set: 7-9 compiles at the synthetic MQ2007/MSLR shapes), "classes" = per segment and query, the
+    # smallest of a few class widths that holds its documents (one program per phase). Same results either way.
     segment_widths: Annotated[str, OneOf(SEGMENT_WIDTHS)] = "phase"
 
     def __post_init__(self):
@@ -183,6 +185,38 @@ class PreparedSegment:
     n_sessions: int  # sessions of the segment per member
     trial_of: np.ndarray  # trial index of every member
     widths: tuple | None = None  # per bucket: entry slots the segment program advances (None: every slot)
+    bounds: tuple | None = None  # width classes: per bucket the first step of every class and the end ([C+1])
+
+
+class ClassPlan(list):
+    """One trial's lane schedules of a segment planned in width classes (``sim.segment_widths=classes``), per
+    bucket, with what every trial of the segment shares: ``widths[b]`` the class widths (static, one set per
+    phase) and ``bounds[b]`` the first step of every class and the last step's end (``[C+1]``)."""
+
+    def __init__(self, schedules, widths: tuple, bounds: tuple):
+        super().__init__(schedules)
+        self.widths, self.bounds = widths, bounds
+
+
+def class_rungs(cap: int, top_k: int) -> tuple[int, ...]:
+    """The class widths of a bucket whose phase can fill ``cap`` entry slots: the ``width_ladder`` rungs from the
+    one holding K up to ``cap`` (8, 12, 16, 24, ...; the last is ``cap``)."""
+    rungs = [width_ladder(top_k, cap)]
+    while rungs[-1] < cap:
+        rungs.append(width_ladder(rungs[-1] + 1, cap))
+    return tuple(rungs)
+
+
+def class_step_widths(plan: ClassPlan, full: list[int] | None = None) -> list[np.ndarray]:
+    """Per bucket, the width each step of a ``ClassPlan`` scans (0 past the last class: those steps are not run);
+    ``full``: per bucket the width every run step scans instead (a policy without ``narrow_rows``)."""
+    out = []
+    for b, (schedule, rungs, bounds) in enumerate(zip(plan, plan.widths, plan.bounds)):
+        per_step = np.zeros(schedule.shape[0], np.int64)
+        for c, w in enumerate(rungs):
+            per_step[bounds[c]:bounds[c + 1]] = w if full is None else full[b]
+        out.append(per_step)
+    return out
 
 
 def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
@@ -340,6 +374,8 @@ def compiled(policy: Policy) -> dict[str, Callable]:
         programs = {
             # states are donated: the scan updates their buffers in place instead of copying them
             "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
+            "class_segment": jax.jit(functools.partial(step_lib.population_class_segment, policy), donate_argnums=3,
+                                     static_argnames=("widths",)),
             "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0))),
             "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
@@ -492,9 +528,77 @@ class Simulator:
         points = update_points(n_main, self.config.n_segments)
         starts = np.concatenate([[0], points[:-1] + 1])
         segments = [[m.slice(int(a), int(b)) for m in mains] for a, b in zip(starts, points + 1)]
+        if self.config.segment_widths == "classes":
+            return points, starts, segments, self.class_plans(mains, segments, points)
         plans = self.plan([s for per_trial in segments for s in per_trial])
         plans = [plans[i * len(mains):(i + 1) * len(mains)] for i in range(len(segments))]
         return points, starts, segments, plans
+
+    def class_plans(self, mains: list[SessionDraws], segments: list[list[SessionDraws]], points: np.ndarray
+                    ) -> list[list[ClassPlan]]:
+        """Per segment and trial, the lane schedules of a main phase planned in width classes
+        (``sim.segment_widths=classes``). A query's class in a segment is the smallest of the bucket's class widths
+        (``class_rungs`` up to its ``segment_widths``) that holds every document it can have entered by the
+        segment's end (the most initial documents plus its entries so far, at most its documents; at least K).
+        Each class's sessions are packed into the bucket's lanes (``lane_schedule``) and the classes follow each
+        other in time; every trial of a segment gets the same class bounds (the longest trial's). The lanes per
+        bucket are sized from the bucket's sessions per segment (about ``CLASS_STEPS`` steps, at most
+        ``n_lanes``) and the schedules padded to one step count per bucket (``padded_steps``): with the class
+        widths remembered per phase, one segment program serves the phase; the bounds are its arguments."""
+        cfg, data = self.config, self.data
+        widths = self.segment_widths(mains, points)[0]
+        n_docs = np.zeros(data.n_queries, np.int64)
+        for b in data.buckets:
+            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
+        bucket_of = [data.bucket_of_query[d.query] for d in mains]
+        lanes = self._lanes.get("classes")
+        if lanes is None:
+            busiest = [max(int(np.sum(bucket_of[t][a:z + 1] == b)) for t in range(len(mains))
+                           for a, z in zip(np.r_[0, points[:-1] + 1], points)) for b in range(len(data.buckets))]
+            lanes = tuple(max(1, min(n, -(-m // CLASS_STEPS))) for n, m in zip(self.n_lanes, busiest))
+            self._lanes["classes"] = lanes
+        entering = [np.zeros(data.n_queries, np.int64) for _ in mains]
+        out = []
+        for s, per_trial in enumerate(segments):
+            for t, draws in enumerate(per_trial):
+                entering[t] += np.bincount(draws.query[draws.enter], minlength=data.n_queries)
+            per_bucket = [[] for _ in mains]  # per trial, per bucket: the class schedules
+            bounds = []
+            for b in range(len(data.buckets)):
+                rungs = np.asarray(widths[b])
+                blocks = [[] for _ in mains]
+                for t, draws in enumerate(per_trial):
+                    members = np.flatnonzero(data.bucket_of_query[draws.query] == b)
+                    q = draws.query[members]
+                    need = np.maximum(np.minimum(cfg.initial_docs[1] + entering[t][q], n_docs[q]), cfg.top_k)
+                    if len(need) and need.max() > rungs[-1]:  # segment_widths covers the phase: never here
+                        raise AssertionError(f"bucket {b}: a query can fill {need.max()} slots > {rungs[-1]}")
+                    cls = np.searchsorted(rungs, need)
+                    for c in range(len(rungs)):
+                        pick = members[cls == c]
+                        if pick.size == 0:
+                            blocks[t].append(np.zeros((0, lanes[b]), np.int64))
+                            continue
+                        schedule = lane_schedule(data.row_of_query[draws.query[pick]], lanes[b], level=True)
+                        blocks[t].append(np.where(schedule >= 0, pick[np.maximum(schedule, 0)], -1))
+                steps = [max(blocks[t][c].shape[0] for t in range(len(mains))) for c in range(len(rungs))]
+                bounds.append(tuple(int(x) for x in np.r_[0, np.cumsum(steps)]))
+                for t in range(len(mains)):
+                    per_bucket[t].append(np.concatenate(
+                        [np.concatenate([blk, np.full((n - blk.shape[0], lanes[b]), -1, np.int64)])
+                         for blk, n in zip(blocks[t], steps)]))
+            out.append((per_bucket, tuple(bounds)))
+        total = self._steps.get("classes", ())
+        need = tuple(max(bnd[b][-1] for _, bnd in out) for b in range(len(data.buckets)))
+        if not total or any(n > m for n, m in zip(need, total)):
+            # headroom for other trials' draws: steps past the bounds are not run, so it costs only their inputs
+            total = tuple(max(padded_steps(max(-(-5 * n // 4), 1)), m) for n, m in zip(need, total or (0,) * len(need)))
+            self._steps["classes"] = total
+        plans = []
+        for per_bucket, bnd in out:
+            plans.append([ClassPlan([np.concatenate([sch, np.full((total[b] - sch.shape[0], lanes[b]), -1, np.int64)])
+                                     for b, sch in enumerate(trial)], widths, bnd) for trial in per_bucket])
+        return plans
 
     def schedule_inputs(self, draws: SessionDraws, plan: list[np.ndarray], run_key: jax.Array
                         ) -> tuple[list[step_lib.SessionInputs], list[tuple[np.ndarray, np.ndarray]]]:
@@ -664,9 +768,10 @@ class Simulator:
 
     def reachable_widths(self, runs: list[SessionDraws]) -> tuple[int, ...]:
         """Per bucket, how many entry slots the documents of any query can fill in these sessions (each trial's
-        whole phase): the most initial documents plus the most entering sessions of one query, plus K (so even
-        the empty display slots of a list index the same slots), rounded up to a multiple of 32 (few shapes to
-        compile), at most the bucket's width."""
+        whole phase): the most initial documents plus the most entering sessions of one query, at least K (a list
+        of fewer than K entered documents shows empty slots, and ``lax.top_k`` gives them the lowest masked
+        indices, ``entered .. K-1``: within the first K, so they index the same slots narrowed or not), rounded up
+        to a multiple of 32 (few shapes to compile), at most the bucket's width."""
         entering = np.zeros(self.data.n_queries, np.int64)
         for draws in runs:
             entering = np.maximum(entering, np.bincount(draws.query[draws.enter], minlength=self.data.n_queries))
@@ -674,20 +779,29 @@ class Simulator:
         for b, bucket in enumerate(self.data.buckets):
             queries = np.asarray(bucket.query_index)
             most = int(entering[queries].max()) if len(queries) else 0
-            need = self.config.initial_docs[1] + most + self.config.top_k
+            need = max(self.config.initial_docs[1] + most, self.config.top_k)
             widths.append(int(min(bucket.width, -(-need // 32) * 32)))
         return tuple(widths)
 
     def segment_widths(self, runs: list[SessionDraws], stops: np.ndarray) -> list[tuple[int, ...]]:
         """Per segment (``stops[s]``: its last session, inclusive) and bucket, how many entry slots the documents of
         any query can fill by the segment's end in these sessions (each trial's phase): the most initial documents
-        plus the most entering sessions of one query so far, plus K, on the ``width_ladder`` (few shapes to
-        compile), at most the bucket's width. A segment scans only these slots (``step.narrow_segment``). Like the
-        step count, the widths are remembered per segment count and only ever grow, so later trials reuse the
-        compiled shapes unless their draws need wider rows. With ``sim.segment_widths=phase`` (the default) every
-        segment gets the phase's ``reachable_widths`` instead (one program)."""
+        plus the most entering sessions of one query so far, at least K (``reachable_widths``), on the
+        ``width_ladder`` (few shapes to compile), at most the bucket's width. A segment scans only these slots
+        (``step.narrow_segment``). Like the step count, the widths are remembered per segment count and only ever
+        grow, so later trials reuse the compiled shapes unless their draws need wider rows. With
+        ``sim.segment_widths=phase`` (the default) every segment gets the phase's ``reachable_widths`` instead (one
+        program); with ``classes`` every segment gets per bucket the class widths (``class_rungs``) up to the
+        phase's ``reachable_widths``, remembered and only growing (``class_plans``)."""
         if self.config.segment_widths == "phase":
             out = [self.reachable_widths(runs)] * len(stops)
+            self._width_shapes.update(out)
+            return out
+        if self.config.segment_widths == "classes":  # the class widths, one set per phase (``class_plans``)
+            reach = tuple(max(a, b) for a, b in zip(self.reachable_widths(runs),
+                                                        self._widths.get(-1, [(0,) * len(self.data.buckets)])[0]))
+            self._widths[-1] = [reach]
+            out = [tuple(class_rungs(w, self.config.top_k) for w in reach)] * len(stops)
             self._width_shapes.update(out)
             return out
         queries = [np.asarray(b.query_index) for b in self.data.buckets]
@@ -698,8 +812,8 @@ class Simulator:
                 upto = draws.slice(0, int(stop) + 1)
                 entering = np.maximum(entering, np.bincount(upto.query[upto.enter], minlength=self.data.n_queries))
             out.append(tuple(
-                width_ladder(self.config.initial_docs[1] + (int(entering[q].max()) if len(q) else 0)
-                             + self.config.top_k, bucket.width)
+                width_ladder(max(self.config.initial_docs[1] + (int(entering[q].max()) if len(q) else 0),
+                                 self.config.top_k), bucket.width)
                 for q, bucket in zip(queries, self.data.buckets)))
         before = self._widths.get(len(stops), out)
         out = [tuple(max(a, b) for a, b in zip(x, y)) for x, y in zip(out, before)]
@@ -733,7 +847,9 @@ class Simulator:
             for s in range(len(points)):
                 all_plans.append(plans[s][t])
                 all_entered.append(entered[starts[s]:points[s] + 1])
-                all_widths.append(widths[s])
+                all_widths.append(class_step_widths(plans[s][t], None if policy.narrow_rows else
+                                                    [b.width for b in self.data.buckets])
+                                  if isinstance(plans[s][t], ClassPlan) else widths[s])
         return doc_slot_occupancy(all_plans, all_entered, all_widths)
 
     def _prepare(self, draws: list[SessionDraws], plans: list, run_keys: list[jax.Array], trial_of: np.ndarray,
@@ -742,17 +858,26 @@ class Simulator:
         inputs (with the click uniforms) stacked per member, and where each output goes. It does not depend
         on the simulation state, so the next segment is prepared while the device runs the current one."""
         per_trial = [self.schedule_inputs(d, p, k) for d, p, k in zip(draws, plans, run_keys)]
+        bounds = None
+        if isinstance(plans[0], ClassPlan):
+            widths, bounds = plans[0].widths, tuple(np.asarray(b, np.int32) for b in plans[0].bounds)
         schedules = tuple(
             jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
         return PreparedSegment(schedules=self._shard(schedules),
                                keys=self._shard(jnp.stack([run_keys[t] for t in trial_of])),
                                targets=[targets for _, targets in per_trial], n_sessions=len(draws[0]),
-                               trial_of=trial_of, widths=widths)
+                               trial_of=trial_of, widths=widths, bounds=bounds)
 
     def _launch(self, policy: Policy, params, hyper, states, segment: PreparedSegment):
         """Dispatch one prepared segment (asynchronously): returns the new states, the device outputs and the
         segment's ``prepare`` output for evaluation (``step.population_segment``)."""
+        if segment.bounds is not None:
+            widths = (segment.widths if policy.narrow_rows
+                      else tuple((None,) * len(w) for w in segment.widths))
+            return compiled(policy)["class_segment"](self.protocol, params, hyper, self._shard(tuple(states)),
+                                                     self.data.buckets, self.gains, self.idcg, segment.schedules,
+                                                     segment.keys, segment.bounds, widths=widths)
         widths = segment.widths if policy.narrow_rows else None
         return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
                                            self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys,

@@ -111,6 +111,15 @@ def rank_session(policy: Policy, protocol: Protocol, view: QueryView, n_docs, en
     return n_entered, key, scores, shown, slot_valid
 
 
+def gather_rows(a: jax.Array, rows: jax.Array, width: int | None = None) -> jax.Array:
+    """``a[rows]``, or only the first ``width`` entry slots of each row (``[lanes, width, ...]``: a gather of row
+    slices, so the slots beyond are never read)."""
+    if width is None or width >= a.shape[1]:
+        return a[rows]
+    size = (1, width) + a.shape[2:]
+    return jax.vmap(lambda r: jax.lax.dynamic_slice(a, (r,) + (0,) * (a.ndim - 1), size)[0])(rows)
+
+
 def lane_features(features: jax.Array | None, order: jax.Array, rows: jax.Array) -> jax.Array | None:
     """The lanes' document features ``[lanes, Db, F]`` in entry order, from the bucket's ``features`` ``[Qb, Db', F]``
     (dataset order, shared by every member) and the member's ``order`` ``[Qb+1, Db]`` (entry slot -> dataset slot,
@@ -123,25 +132,27 @@ def lane_features(features: jax.Array | None, order: jax.Array, rows: jax.Array)
 
 
 def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
-                 inputs: SessionInputs, run_key: jax.Array, features: jax.Array | None = None
-                 ) -> tuple[BucketState, SessionOutputs]:
+                 inputs: SessionInputs, run_key: jax.Array, features: jax.Array | None = None,
+                 width: int | None = None) -> tuple[BucketState, SessionOutputs]:
     """Advance every lane of one bucket by one session: state in, state out.
 
     Lanes never share a query within a step (``schedule.lane_schedule``), so their counter updates
     are one scatter per counter without conflicts; idle lanes write into the scratch row. Only the
     shown documents' gains and labels are gathered (``[lanes, K]``), never whole rows. ``features``
     (the bucket's ``[Qb, Db, F]`` in dataset order, one copy for all members) reaches the policy as
-    ``QueryView.features``, gathered per lane only if the policy reads it.
+    ``QueryView.features``, gathered per lane only if the policy reads it. ``width``: the lanes see only the
+    first ``width`` entry slots of their rows (a width class, ``population_class_segment``; None: whole rows).
     """
     rows = inputs.rows
     view = QueryView(
-        aux=jax.tree_util.tree_map(lambda a: a[rows], consts.aux),
+        aux=jax.tree_util.tree_map(lambda a: gather_rows(a, rows, width), consts.aux),
         hyper=consts.hyper,
         params=consts.params,
-        counters=jax.tree_util.tree_map(lambda a: a[rows], state.counters),  # XLA drops the unused gathers
+        # XLA drops the unused gathers
+        counters=jax.tree_util.tree_map(lambda a: gather_rows(a, rows, width), state.counters),
         n_entered=state.n_entered[rows],
         issue_count=state.issue_count[rows],
-        features=lane_features(features, consts.order, rows),
+        features=lane_features(features, consts.order if width is None else consts.order[:, :width], rows),
     )
     view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0,
                           features=None if features is None else 0)
@@ -266,6 +277,48 @@ def population_segment(policy: Policy, protocol: Protocol, params, hyper, states
     new, ys = jax.vmap(scan)(tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
     aux = tuple(c.aux for c in consts) if policy.test_from_prepare else None
     return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys, aux
+
+
+def class_loop(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
+               schedule: SessionInputs, run_key: jax.Array, bounds: jax.Array, features: jax.Array | None,
+               widths: tuple):
+    """One member's bucket through a segment planned in width classes: steps ``bounds[c]`` to ``bounds[c+1]`` of
+    ``schedule`` (``[steps, lanes, ...]``) run with width ``widths[c]`` (None: whole rows). The bounds are traced
+    (one program serves every segment); steps past ``bounds[-1]`` are not run and output zeros."""
+    step = functools.partial(session_step, policy, protocol, consts, run_key=run_key, features=features)
+    first = jax.tree_util.tree_map(lambda a: a[0], schedule)
+    shapes = jax.eval_shape(lambda s, x: step(s, x, width=widths[-1])[1], state, first)
+    n_steps = jax.tree_util.tree_leaves(schedule)[0].shape[0]
+    ys = jax.tree_util.tree_map(lambda a: jnp.zeros((n_steps,) + a.shape, a.dtype), shapes)
+    for c, width in enumerate(widths):
+        def body(i, carry, width=width):
+            st, out = carry
+            st, y = step(st, jax.tree_util.tree_map(lambda a: a[i], schedule), width=width)
+            return st, jax.tree_util.tree_map(lambda buf, v: buf.at[i].set(v), out, y)
+        state, ys = jax.lax.fori_loop(bounds[c], bounds[c + 1], body, (state, ys))
+    return state, ys
+
+
+def population_class_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
+                             buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
+                             schedules: tuple[SessionInputs, ...], run_keys: jax.Array, bounds: tuple,
+                             widths: tuple):
+    """``population_segment`` for a segment planned in width classes (``sim.segment_widths=classes``): per bucket,
+    the queries whose entered documents fit into ``widths[b][c]`` entry slots run in steps ``bounds[b][c]`` to
+    ``bounds[b][c+1]`` (traced ``[C+1]`` int32, shared by every member) seeing only those slots, each bucket in its
+    own loop. Queries never share state within a segment, so the order of classes and buckets changes nothing."""
+    behaviour = tuple(jax.vmap(counters_in_dataset_order)(s) for s in states)  # dropped unless read
+    prepared = tuple(policy.prepare_population(params, b, h) for b, h in zip(buckets, behaviour))
+    consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, gains, idcg, a))(
+        params, hyper, tuple(states), prepared)
+    new, ys = [], []
+    for c, s, x, bnd, bucket, w in zip(consts, states, schedules, bounds, buckets, widths):
+        loop = functools.partial(class_loop, policy, protocol, features=bucket.features, widths=w)
+        st, y = jax.vmap(loop, in_axes=(0, 0, 0, 0, None))(c, s, x, run_keys, bnd)
+        new.append(st)
+        ys.append(y)
+    aux = tuple(c.aux for c in consts) if policy.test_from_prepare else None
+    return tuple(new), tuple(ys), aux
 
 
 def evaluate_bucket(policy: Policy, protocol: Protocol, params, state: BucketState, bucket: Bucket, gains, idcg,
