@@ -90,7 +90,7 @@ def test_results_record_peak_memory_and_feature_bytes(finished):
 
 def test_memory_record_counts_every_documents_float32_features():
     from ltrjax.measure import memory_record, peak_rss_bytes
-    from tests.toy_data import toy_queryset
+    from ltrjax.data.toy import toy_queryset
 
     queryset = toy_queryset(n_queries=12, n_features=7)
     rec = memory_record(queryset)
