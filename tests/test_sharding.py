@@ -42,7 +42,8 @@ print(json.dumps({
 
 def start(devices: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
+    devices_flag = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
+    env["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), devices_flag) if f)  # conftest's level
     return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
