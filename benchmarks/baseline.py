@@ -178,10 +178,12 @@ def data_env() -> dict[str, str]:
     env = {}
     for path in sorted((ROOT / "conf" / "dataset").glob("*.yaml")):
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
+            spec = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError:
             continue
-        name, default = cfg.get("path_env"), cfg.get("default_path")
+        if not isinstance(spec, dict) or "path_env" not in spec or "default_path" not in spec:
+            continue  # a dataset config without a data folder of its own (a toy set)
+        name, default = spec["path_env"], spec["default_path"]
         if not name or not default or os.environ.get(name):
             continue
         folder = (ROOT / default).resolve()
