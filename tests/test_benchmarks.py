@@ -212,6 +212,35 @@ def test_baseline_fails_clearly_when_the_baseline_refuses_the_command(tmp_path, 
     assert len(saved["runs"]) == 1 and saved["runs"][0]["returncode"] == 1 and saved["failed"]
 
 
+def test_baseline_summarizes_an_offline_run(tmp_path):
+    """Rows without Cum/Warm/Cold-NDCG (``-- -m ltrjax.run experiment=offline``): no row difference, and a
+    results.md all the same (it used to format None and leak the temporary worktree)."""
+    from tests.scripts import load_script
+
+    baseline = load_script("benchmarks/baseline.py")
+    results = {"dataset": "toy", "trials": 1, "wall_seconds": 2.0, "peak_rss_bytes": 10**8,
+               "algorithms": {"naive": {"ndcg@10": 0.5, "map": 0.4, "trials": [{}]}}}
+    runs = []
+    for repeat, label in [(0, "baseline"), (0, "current")]:
+        run_dir = tmp_path / f"{label}-{repeat}"
+        run_dir.mkdir()
+        (run_dir / "results.json").write_text(json.dumps(results))
+        runs.append({"label": label, "repeat": repeat, "returncode": 0, "wall_seconds": 3.0 if repeat else 2.0,
+                     "peak_rss_bytes": 10**8, "peak_tree_rss_bytes": None, "user_seconds": 1.0,
+                     "system_seconds": 0.1, "load_average_before": [0.5], "load_average_after": [0.6],
+                     "run_record": baseline.run_record_of(run_dir)})
+    assert runs[0]["run_record"]["rows"] == {"naive": {}}
+    summary = baseline.summarize(runs)
+    assert summary["row_metrics_max_abs_diff"] is None and summary["baseline_ratio"] is not None
+    tree = {"commit": "0" * 40, "dirty": False, "revision": "HEAD"}
+    text = baseline.markdown({"baseline": tree, "current": tree, "invocation": "python benchmarks/baseline.py",
+                              "command": ["-m", "ltrjax.run", "experiment=offline"], "repeat": 1,
+                              "order": "alternate", "xla_cache": "fresh", "started": "s", "finished": "f",
+                              "machine": {"cpu": "x", "cpu_count": 2, "memory_bytes": None, "jax": "0"},
+                              "runs": runs, "summary": summary})
+    assert "baseline_ratio" in text and "Cum/Warm/Cold" not in text
+
+
 def test_gpu_check_script_parses():
     """benchmarks/gpu_check.sh (run on a lent GPU machine, rarely) is at least valid bash here."""
     subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")], check=True)
