@@ -291,12 +291,13 @@ def test_compare_runs_smoke(capsys):
         cell = row[metric]
         assert 0.0 < cell["p_value"] <= 1.0
         assert cell["mean_difference"] == pytest.approx(cell["B"]["mean"] - cell["A"]["mean"])
-        # trial level, 2 trials paired by seed: the exact sign-flip p is 0.5 or 1, never below 0.05
-        assert cell["trial_p_value"] in (0.5, 1.0) and cell["within_noise"] is True
+        # trial level, 2 trials paired by seed: the exact sign-flip p is 0.5 or 1, never below 0.05: no verdict
+        assert cell["trial_p_value"] in (0.5, 1.0) and cell["within_noise"] is None
         assert cell["trials_higher"] + cell["trials_lower"] <= 2
         assert cell["trial_t_p_value"] is None or 0.0 <= cell["trial_t_p_value"] <= 1.0
-    assert row["within_noise"] is True and result["within_noise"] is True and result["alpha"] == 0.05
+    assert row["within_noise"] is None and result["within_noise"] is None and result["alpha"] == 0.05
     assert "| ebrank | 2 | Warm-NDCG@5 |" in out and "**Verdict** (rule: a metric is within noise when" in out
+    assert "| too few trials |" in out and "too few trials to tell" in out
 
 
 def test_compare_runs_trial_level_test_and_verdict():
@@ -315,6 +316,25 @@ def test_compare_runs_trial_level_test_and_verdict():
     assert noise["trials_higher"] == noise["trials_lower"] == 5 and noise["trial_t_p_value"] == pytest.approx(1.0)
     same = trial_level(a, a.copy(), 0.05)
     assert same["trial_p_value"] == 1.0 and same["trial_t_p_value"] == 1.0 and same["within_noise"] is True
+    # fewer than 6 trials cannot reach p < 0.05 (smallest p 2 / 2^n): no verdict; 6 can
+    assert trial_level(a[:5], a[:5] + 1.0, 0.05)["within_noise"] is None
+    assert trial_level(a[:6], a[:6] + 1.0, 0.05)["within_noise"] is False
+    with pytest.raises(ValueError):
+        trial_level(a[:0], a[:0], 0.05)
+
+
+def test_compare_runs_refuses_runs_without_common_trials(tmp_path):
+    from tests.scripts import load_script
+
+    compare = load_script("experiments/compare_runs.py").compare
+    header = {"dataset": "toy", "sessions": 10, "click_model": {"kind": "pbm"}, "sim": {"gamma": 0.995}}
+    for name, seed in (("a", 0), ("b", 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(
+            {**header, "algorithms": {"ebrank": {"trials": [{"seed": seed}]}}}))
+    with pytest.raises(SystemExit, match="no trial of 'ebrank' in common") as exc:
+        compare(tmp_path / "a", tmp_path / "b", ("A", "B"))
+    assert str(tmp_path / "a") in str(exc.value) and str(tmp_path / "b") in str(exc.value)
 
 
 def test_compare_runs_protocol_check_reports_settings_one_run_lacks():
