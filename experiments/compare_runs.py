@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from ltrjax.report import stats  # noqa: E402
 from ltrjax.report.online_report import METRICS, safe_name  # noqa: E402
-from ltrjax.record import protocol_of  # noqa: E402
+from ltrjax.record import NON_PROTOCOL_KEYS, protocol_of  # noqa: E402
 from ltrjax.report.results import atomic_write, same_protocol  # noqa: E402
 
 
@@ -50,14 +50,19 @@ PROTOCOL_KEYS = ("dataset", "sessions", "sim", "click_model")
 
 
 def protocol_check(a: dict, b: dict, labels: tuple[str, str]) -> dict:
-    """Refuses runs of different protocols (``PROTOCOL_KEYS`` of their headers; ``sim`` without its reporting
-    keys). A setting that only one run records (a ``sim`` key added by a later commit, e.g. ``segment_widths``)
-    is not a difference: it is returned, {"sim.segment_widths": {label: value}}, and reported with the results."""
+    """Refuses runs of different protocols (``PROTOCOL_KEYS`` of their headers; ``sim`` without its reporting and
+    performance keys). A setting that only one run records (a ``sim`` key added by a later commit, e.g.
+    ``segment_widths``) is not a difference: it is returned, {"sim.segment_widths": {label: value}}, and reported
+    with the results; so is a reporting or performance key whose values differ ({label: value, label: value})."""
     only = {}
     for key in PROTOCOL_KEYS:
         va, vb = a.get(key), b.get(key)
         if isinstance(va, dict) and isinstance(vb, dict):
             if key == "sim":
+                for k in sorted(NON_PROTOCOL_KEYS):  # recorded by one run only, or with two values
+                    by = {lab: run[k] for lab, run in zip(labels, (va, vb)) if k in run}
+                    if len(by) == 1 or (len(by) == 2 and va[k] != vb[k]):
+                        only[f"{key}.{k}"] = by
                 va, vb = protocol_of(va), protocol_of(vb)
             for k in sorted(va.keys() ^ vb.keys()):
                 lab, value = (labels[0], va[k]) if k in va else (labels[1], vb[k])
@@ -176,7 +181,7 @@ def markdown(result: dict, labels: tuple[str, str]) -> str:
               f"**Verdict** (rule: {result['rule']}): {verdict}.", "",
               f"Commits that made the trials: {commits}. Wall time of each row's populations: {walls}."]
     if result.get("recorded_by_one_run_only"):
-        lines += ["", "Settings only one run records (not compared): " + "; ".join(
+        lines += ["", "Settings only one run records, or that change no result (not compared): " + "; ".join(
             f"`{k}` = {', '.join(f'{v!r} ({lab})' for lab, v in by.items())}"
             for k, by in result["recorded_by_one_run_only"].items()) + "."]
     return "\n".join(lines) + "\n"

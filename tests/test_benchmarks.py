@@ -338,14 +338,19 @@ def test_compare_runs_refuses_runs_without_common_trials(tmp_path):
 
 
 def test_compare_runs_protocol_check_reports_settings_one_run_lacks():
-    """A sim key a later commit added (segment_widths) is reported, not a difference; a changed value is refused."""
+    """A sim key a later commit added (segment_widths), or a reporting or performance key with two values, is
+    reported, not a difference; another changed value is refused."""
     from tests.scripts import load_script
 
     check = load_script("experiments/compare_runs.py").protocol_check
     old = {"dataset": "mq2008", "sessions": 100, "click_model": {"kind": "pbm"},
            "sim": {"top_k": 5, "gamma": 0.995, "history_splits": "test"}}
     new = {**old, "sim": {**old["sim"], "segment_widths": "phase", "history_splits": "all"}}
-    assert check(old, new, ("base", "head")) == {"sim.segment_widths": {"head": "phase"}}
+    assert check(old, new, ("base", "head")) == {"sim.segment_widths": {"head": "phase"},
+                                                 "sim.history_splits": {"base": "test", "head": "all"}}
+    classes = {**new, "sim": {**new["sim"], "segment_widths": "classes"}}  # performance only: reported, not refused
+    assert check(new, classes, ("phase", "classes")) == {
+        "sim.segment_widths": {"phase": "phase", "classes": "classes"}}
     with pytest.raises(SystemExit, match="differ in 'sim'"):
         check(old, {**new, "sim": {**new["sim"], "top_k": 4}}, ("base", "head"))
 
