@@ -95,8 +95,9 @@ def test_retrain_smoke(capsys):
     assert out["fit_passes_per_retrain"] == warm["configured"]["fit_passes_per_retrain"]
     assert 1 <= out["fit_passes_per_retrain"] <= 2 and out["cold_fit_passes"] >= 1
     assert warm["old"]["fit_passes_per_retrain"] >= 5 + 2 and warm["old_stop"]["patience"] == 5  # patience 5, grace 1
-    assert out["quick_val_loss_rel_diff"] == warm["quick_val_loss_rel_diff"]
-    assert abs(warm["quick_val_loss_rel_diff"]) < 1e-2  # a tiny smoke fit; issue 22's bar (1e-3) is for full runs
+    assert out["default_vs_old_val_loss_rel_diff"] == warm["default_vs_old_val_loss_rel_diff"]
+    # a tiny smoke fit; issue 22's bar (1e-3) is for full runs
+    assert abs(warm["default_vs_old_val_loss_rel_diff"]) < 1e-2
     # the step-cost scan: minibatches 64 and 256 one member at a time, then 256 with both members vmapped
     scan = out["step_cost"]
     assert [(r["batch"], r["member_batch"]) for r in scan] == [(64, 1), (256, 1), (256, 2)]

@@ -100,6 +100,17 @@ def test_memory_record_counts_every_documents_float32_features():
     assert memory_record(None)["feature_bytes"] is None
 
 
+def test_memory_record_without_the_resource_module(monkeypatch):
+    """Windows has no ``resource``: the peak and the ratio are None, the feature bytes still counted."""
+    from ltrjax.measure import memory_record, peak_rss_bytes
+    from ltrjax.data.toy import toy_queryset
+
+    monkeypatch.setitem(sys.modules, "resource", None)  # ``import resource`` raises ImportError
+    assert peak_rss_bytes() is None
+    rec = memory_record(toy_queryset(n_queries=12, n_features=7))
+    assert rec["peak_rss_bytes"] is None and rec["peak_rss_over_feature_bytes"] is None and rec["feature_bytes"] > 0
+
+
 def test_reports_say_what_they_are(finished):
     out, _ = finished
     text = (out / "results.md").read_text()
