@@ -138,8 +138,8 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
     return {"runs": {labels[0]: str(run_a), labels[1]: str(run_b)}, "commits": made_by, "dataset": a["dataset"],
             "sessions": a["sessions"], "recorded_by_one_run_only": only, "alpha": alpha,
             "rule": f"a metric is within noise when its trial-level paired sign-flip p >= {alpha:g} (two-sided, "
-                    "over the per-trial differences of trials paired by seed); a row when all its metrics are; none with "
-                    f"fewer than {min_trials(alpha)} trials (too few trials: p cannot fall below {alpha:g})",
+                    "over the per-trial differences of trials paired by seed); a row when all its metrics are; none "
+                    f"with fewer than {min_trials(alpha)} trials (too few trials: p cannot fall below {alpha:g})",
             "within_noise": all_within(r["within_noise"] for r in rows.values()), "rows": rows}
 
 
