@@ -30,14 +30,16 @@ gets ``hydra.run.dir={out}``, so each run writes a fresh run folder. Both trees 
 the data folders of ``conf/dataset/*.yaml`` (their ``path_env`` variables, set to this tree's
 ``default_path`` where that exists and the variable is unset), so a baseline tree elsewhere reads the same
 data. A command the baseline does not accept (a flag added since) fails there, and this script stops
-saying so, with the command's last lines of stderr.
+saying so, with the command's last lines of stderr (``--keep-going``: after every run, naming every failure);
+either way it writes results.json/md and prints the summary JSON before it exits with status 1.
 
 Compilation caches (``--xla-cache``): ``fresh`` (default) gives every run an empty persistent XLA cache, a cold
 start as on a new machine; ``tree`` one folder per tree, kept across its repeats (the first cold, later ones
 warm); ``default`` leaves the user's cache as it is; ``off`` disables JAX's persistent cache
 (``JAX_ENABLE_COMPILATION_CACHE=false``). ``fresh`` and ``tree`` point ``$LTRJAX_CACHE`` at a folder of their
 own whose entries link to the real data cache's (parsed LETOR files), all but its XLA folders, so data is
-not parsed again. A ``data.cache_dir=`` override in the command wins over all of them.
+not parsed again, and drop a ``JAX_COMPILATION_CACHE_DIR`` of the environment. A ``data.cache_dir=`` override in
+the command wins over all of them.
 
     python benchmarks/baseline.py --out /tmp/bl_sweep -- benchmarks/sweep.py --json
     python benchmarks/baseline.py --repeat 2 --out /tmp/bl_mslr -- -m ltrjax.run +dataset=synthetic_mslr30k
