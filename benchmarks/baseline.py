@@ -30,14 +30,16 @@ gets ``hydra.run.dir={out}``, so each run writes a fresh run folder. Both trees 
 the data folders of ``conf/dataset/*.yaml`` (their ``path_env`` variables, set to this tree's
 ``default_path`` where that exists and the variable is unset), so a baseline tree elsewhere reads the same
 data. A command the baseline does not accept (a flag added since) fails there, and this script stops
-saying so, with the command's last lines of stderr.
+saying so, with the command's last lines of stderr (``--keep-going``: after every run, naming every failure);
+either way it writes results.json/md and prints the summary JSON before it exits with status 1.
 
 Compilation caches (``--xla-cache``): ``fresh`` (default) gives every run an empty persistent XLA cache, a cold
 start as on a new machine; ``tree`` one folder per tree, kept across its repeats (the first cold, later ones
 warm); ``default`` leaves the user's cache as it is; ``off`` disables JAX's persistent cache
 (``JAX_ENABLE_COMPILATION_CACHE=false``). ``fresh`` and ``tree`` point ``$LTRJAX_CACHE`` at a folder of their
 own whose entries link to the real data cache's (parsed LETOR files), all but its XLA folders, so data is
-not parsed again. A ``data.cache_dir=`` override in the command wins over all of them.
+not parsed again, and drop a ``JAX_COMPILATION_CACHE_DIR`` of the environment. A ``data.cache_dir=`` override in
+the command wins over all of them.
 
     python benchmarks/baseline.py --out /tmp/bl_sweep -- benchmarks/sweep.py --json
     python benchmarks/baseline.py --repeat 2 --out /tmp/bl_mslr -- -m ltrjax.run +dataset=synthetic_mslr30k
@@ -61,6 +63,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import ratio  # noqa: E402  (benchlib imports only the standard library at module level)
 DEFAULT_BASELINE = "93b7d10"
 LABELS = ("baseline", "current")
 XLA_FOLDERS = ("xla", "xla-tests")  # the persistent compilation caches inside a data cache root
@@ -178,10 +182,12 @@ def data_env() -> dict[str, str]:
     env = {}
     for path in sorted((ROOT / "conf" / "dataset").glob("*.yaml")):
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
+            spec = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError:
             continue
-        name, default = cfg.get("path_env"), cfg.get("default_path")
+        if not isinstance(spec, dict) or "path_env" not in spec or "default_path" not in spec:
+            continue  # a dataset config without a data folder of its own (a toy set)
+        name, default = spec["path_env"], spec["default_path"]
         if not name or not default or os.environ.get(name):
             continue
         folder = (ROOT / default).resolve()
@@ -287,10 +293,6 @@ def median(values):
     return statistics.median(values) if values else None
 
 
-def ratio(a, b):
-    return a / b if a is not None and b else None
-
-
 def summarize(runs: list[dict]) -> dict:
     ok = [r for r in runs if r["returncode"] == 0]
     walls = {lab: [r["wall_seconds"] for r in ok if r["label"] == lab] for lab in LABELS}
@@ -354,7 +356,7 @@ def markdown(result: dict) -> str:
     lines += ["", f"**baseline_ratio** (median wall here / median wall at the baseline): "
               f"**{fmt(s['baseline_ratio'], '.3f')}** (per repeat: {pairs or '–'}); "
               f"peak RSS ratio {fmt(s['peak_rss_ratio'], '.3f')}.", ""]
-    if s.get("row_metrics_abs_diff") is not None:
+    if s.get("row_metrics_max_abs_diff") is not None:  # None: no Cum/Warm/Cold-NDCG in the rows (an offline run)
         lines += [f"Rows' mean Cum/Warm/Cold-NDCG of the first run folder of each tree: largest absolute difference "
                   f"{s['row_metrics_max_abs_diff']:.3g} ("
                   + "; ".join(f"{name}: " + ", ".join(f"{m} {d:.3g}" for m, d in row.items())
@@ -407,9 +409,9 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     invocation = shlex.join(["python", "benchmarks/baseline.py", *argv, "--", *command])
     current = current_tree()
+    env_common = data_env()
     baseline, base_tree, remove = checkout(args.baseline, args.worktree, args.keep_worktree)
     trees = {"baseline": base_tree, "current": ROOT}
-    env_common = data_env()
     if args.xla_cache == "off":
         env_common["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     result = {"invocation": invocation, "command": command, "baseline": baseline, "current": current,
@@ -417,7 +419,7 @@ def main(argv=None) -> dict:
               "env": dict(env_common), "note": args.note, "machine": machine(),
               "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "runs": []}
     lines = [invocation, ""]
-    failed = None
+    failures = []
     try:
         for repeat, label in schedule(args.repeat, args.order):
             tree = trees[label]
@@ -427,6 +429,8 @@ def main(argv=None) -> dict:
             run_dir.mkdir(parents=True)
             cmd = [args.python, *command_for(command, run_dir)]
             env = {**os.environ, **env_common, "PYTHONPATH": str(tree)}
+            if args.xla_cache in ("fresh", "tree"):  # the cache under $LTRJAX_CACHE, not one set outside
+                env.pop("JAX_COMPILATION_CACHE_DIR", None)
             if args.xla_cache == "fresh":
                 env["LTRJAX_CACHE"] = str(cache_folder(out / "cache" / f"{label}-{repeat}").resolve())
             elif args.xla_cache == "tree":
@@ -439,7 +443,7 @@ def main(argv=None) -> dict:
                                       str(run_dir / "stderr.txt"), str(args.timeout), *cmd], cwd=tree, env=env,
                                      capture_output=True, text=True)
             if wrapper.returncode != 0 or not record_path.is_file():
-                failed = f"could not start {shlex.join(cmd)} in {tree}: {wrapper.stderr.strip()[-2000:]}"
+                failures.append(f"could not start {shlex.join(cmd)} in {tree}: {wrapper.stderr.strip()[-2000:]}")
                 break
             rec = json.loads(record_path.read_text())
             stdout = (run_dir / "stdout.txt").read_text(errors="replace")
@@ -452,29 +456,31 @@ def main(argv=None) -> dict:
                       f"{rec['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
             if rec["returncode"] != 0:
                 tail = (run_dir / "stderr.txt").read_text(errors="replace").strip().splitlines()[-15:]
-                failed = (f"the command failed in the {label} tree ({tree}, "
-                          f"{(baseline if label == 'baseline' else current)['commit'][:10]}) with status "
-                          f"{rec['returncode']}{' (timed out)' if rec['timed_out'] else ''}; its stderr ends:\n  "
-                          + "\n  ".join(tail))
+                failures.append(f"the command failed in the {label} tree ({tree}, "
+                                f"{(baseline if label == 'baseline' else current)['commit'][:10]}) with status "
+                                f"{rec['returncode']}{' (timed out)' if rec['timed_out'] else ''}; its stderr "
+                                "ends:\n  " + "\n  ".join(tail))
                 if not args.keep_going:
                     break
     finally:
-        result["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        result["summary"] = summarize(result["runs"])
-        result["failed"] = failed
-        (out / "command.txt").write_text("\n".join(lines) + "\n")
-        (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-        if result["runs"]:
-            (out / "results.md").write_text(markdown(result))
-        if remove:
-            remove_worktree(base_tree)
-    if failed:
-        raise BaselineError(failed)
+        try:  # first, so that nothing below (a results.md that does not format) leaks the temporary worktree
+            if remove:
+                remove_worktree(base_tree)
+        finally:
+            result["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            result["summary"] = summarize(result["runs"])
+            result["failed"] = "\n".join(failures) or None
+            (out / "command.txt").write_text("\n".join(lines) + "\n")
+            (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+            if result["runs"]:
+                (out / "results.md").write_text(markdown(result))
     summary = {**result["summary"], "baseline_commit": baseline["commit"], "current_commit": current["commit"],
-               "current_dirty": current["dirty"], "out": str(out)}
-    if not args.json:
+               "current_dirty": current["dirty"], "out": str(out), "failed": result["failed"]}
+    if not args.json and result["runs"]:
         print((out / "results.md").read_text())
     print(json.dumps(summary))
+    if failures:  # every failure (--keep-going goes on after each), after the summary
+        raise BaselineError(result["failed"])
     return result
 
 

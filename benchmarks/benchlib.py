@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: the composed Hydra config (typed: ``load_run``), data, compile-time metering, timing, output.
+"""Helpers shared by the benchmark scripts: the composed Hydra config (typed: ``load_run``), data, compile-time
+metering, timing, output.
 
 Every script builds what ``python -m ltrjax.run`` builds (``conf/config.yaml`` composed with Hydra, the
 algorithm YAMLs through ``ltrjax.runner.make_policy``), so a benchmark measures the configured protocol and

@@ -125,9 +125,17 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     best = min(runs, key=lambda r: r["simulation"])
     total = population * best["per_member"]
     watch = best["watch"]
-    steps = getattr(sim, "_steps", {}).get("main")  # the padded scan length of every segment (private)
-    lanes = getattr(sim, "_lanes", {}).get("main", sim.n_lanes)  # the lanes the plans fitted per bucket (private)
-    occupancy = best["per_member"] / (steps * sum(lanes) * segments) if steps else None
+    # the plans' padded scan length of every segment and lanes per bucket (private); width classes keep them
+    # under "classes", a step count per bucket (each bucket runs its own loop), the other modes under "main"
+    phase = "classes" if sim.config.segment_widths == "classes" else "main"
+    steps = getattr(sim, "_steps", {}).get(phase)
+    lanes = getattr(sim, "_lanes", {}).get(phase, sim.n_lanes)
+    if isinstance(steps, tuple):
+        slots = sum(s * n for s, n in zip(steps, lanes))
+        steps = list(steps)
+    else:
+        slots = steps * sum(lanes) if steps else 0
+    occupancy = best["per_member"] / (slots * segments) if slots else None
     setup = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init"))
     return {
         "sessions_per_sec": total / best["simulation"],
@@ -146,7 +154,9 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
         "program_calls": watch.calls["program"],
         "first_run_seconds": first_wall, "compile_seconds": meter.seconds, "compiles": meter.compiles,
         "lanes": list(sim.n_lanes), "steps_per_segment": steps,
-        "lane_occupancy": occupancy,  # sessions / (steps x lanes x segments): the busy share of the scan's slots
+        # sessions / (steps x lanes x segments): the busy share of the scan's slots (classes: steps per bucket, the
+        # padded steps past a class's bounds included, though they are not run)
+        "lane_occupancy": occupancy,
         "repeats_wall_seconds": [r["wall"] for r in runs],
     }
 

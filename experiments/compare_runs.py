@@ -11,7 +11,8 @@ Cold/Warm/Cum-NDCG@5 in each run, the mean paired difference (B - A), and two te
   figures (exact: all 2^n sign patterns for n <= 16 trials), and a paired t-test (``trial_t_p_value``) beside
   it. The verdict reads this one: a metric is ``within_noise`` when ``trial_p_value >= alpha`` (default 0.05),
   a row when all three of its metrics are. With n trials the smallest possible p is 2 / 2^n (n >= 6 can
-  reject at 0.05).
+  reject at 0.05): with fewer, ``within_noise`` is None ("too few trials"), a test that cannot fail. Runs
+  with no trial of a row in common are refused.
 
 Writes ``results.md`` and ``results.json``.
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from ltrjax.report import stats  # noqa: E402
 from ltrjax.report.online_report import METRICS, safe_name  # noqa: E402
-from ltrjax.record import protocol_of  # noqa: E402
+from ltrjax.record import NON_PROTOCOL_KEYS, protocol_of  # noqa: E402
 from ltrjax.report.results import atomic_write, same_protocol  # noqa: E402
 
 
@@ -49,14 +50,19 @@ PROTOCOL_KEYS = ("dataset", "sessions", "sim", "click_model")
 
 
 def protocol_check(a: dict, b: dict, labels: tuple[str, str]) -> dict:
-    """Refuses runs of different protocols (``PROTOCOL_KEYS`` of their headers; ``sim`` without its reporting
-    keys). A setting that only one run records (a ``sim`` key added by a later commit, e.g. ``segment_widths``)
-    is not a difference: it is returned, {"sim.segment_widths": {label: value}}, and reported with the results."""
+    """Refuses runs of different protocols (``PROTOCOL_KEYS`` of their headers; ``sim`` without its reporting and
+    performance keys). A setting that only one run records (a ``sim`` key added by a later commit, e.g.
+    ``segment_widths``) is not a difference: it is returned, {"sim.segment_widths": {label: value}}, and reported
+    with the results; so is a reporting or performance key whose values differ ({label: value, label: value})."""
     only = {}
     for key in PROTOCOL_KEYS:
         va, vb = a.get(key), b.get(key)
         if isinstance(va, dict) and isinstance(vb, dict):
             if key == "sim":
+                for k in sorted(NON_PROTOCOL_KEYS):  # recorded by one run only, or with two values
+                    by = {lab: run[k] for lab, run in zip(labels, (va, vb)) if k in run}
+                    if len(by) == 1 or (len(by) == 2 and va[k] != vb[k]):
+                        only[f"{key}.{k}"] = by
                 va, vb = protocol_of(va), protocol_of(vb)
             for k in sorted(va.keys() ^ vb.keys()):
                 lab, value = (labels[0], va[k]) if k in va else (labels[1], vb[k])
@@ -70,17 +76,33 @@ def protocol_check(a: dict, b: dict, labels: tuple[str, str]) -> dict:
 
 def trial_level(va: np.ndarray, vb: np.ndarray, alpha: float) -> dict:
     """The trial-level paired tests of one metric: sign-flip randomization over the per-trial differences
-    (exact up to 16 trials) and a paired t-test, both two-sided; ``within_noise``: sign-flip p >= ``alpha``."""
+    (exact up to 16 trials) and a paired t-test, both two-sided; ``within_noise``: sign-flip p >= ``alpha``, or
+    None where too few trials can reach p < ``alpha`` at all (smallest p: 2 / 2^n)."""
     from scipy import stats as scipy_stats
 
     d = vb - va
-    p = stats.paired_randomization_test(vb, va) if len(d) else 1.0
+    if not len(d):
+        raise ValueError("trial_level: no trials to compare")
+    p = stats.paired_randomization_test(vb, va)
     if len(d) < 2 or not np.any(d != d[0]):  # t is undefined: no spread of the differences
         t_p = 1.0 if not np.any(d) else (0.0 if len(d) >= 2 else None)
     else:
         t_p = float(scipy_stats.ttest_rel(vb, va).pvalue)
     return {"trial_p_value": float(p), "trial_t_p_value": t_p, "trials_higher": int(np.sum(d > 0)),
-            "trials_lower": int(np.sum(d < 0)), "within_noise": bool(p >= alpha)}
+            "trials_lower": int(np.sum(d < 0)),
+            "within_noise": None if too_few_trials(len(d), alpha) else bool(p >= alpha)}
+
+
+def too_few_trials(n: int, alpha: float) -> bool:
+    """Whether ``n`` paired trials cannot reject at ``alpha``: the smallest two-sided sign-flip p is 2 / 2^n."""
+    return 2.0 / 2.0 ** n >= alpha
+
+
+def all_within(verdicts) -> bool | None:
+    """A row's (or the comparison's) verdict from its parts: False if any moved, else None if any could not be
+    tested (too few trials), else True."""
+    verdicts = list(verdicts)
+    return False if any(v is False for v in verdicts) else (None if any(v is None for v in verdicts) else True)
 
 
 def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 10000, alpha: float = 0.05) -> dict:
@@ -91,6 +113,9 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
     for name in [n for n in a["algorithms"] if n in b["algorithms"]]:
         trials = sorted({t["seed"] for t in a["algorithms"][name]["trials"]}
                         & {t["seed"] for t in b["algorithms"][name]["trials"]})
+        if not trials:
+            raise SystemExit(f"compare_runs: {run_a} and {run_b} have no trial of {name!r} in common (paired by "
+                             "seed): nothing to compare")
         per = {lab: {t["seed"]: t for t in run["algorithms"][name]["trials"]} for lab, run in zip(labels, (a, b))}
         row = {"trials": trials, "population_seconds": {
             lab: sum({(t.get("population") or {}).get("wall_seconds", 0.0) for t in run["algorithms"][name]["trials"]})
@@ -105,7 +130,7 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
                       "mean_difference": float((vb - va).mean()), "per_trial_difference": (vb - va).tolist(),
                       "p_value": stats.paired_randomization_test(ub, ua, n_samples=n_samples),
                       **trial_level(va, vb, alpha)}
-        row["within_noise"] = all(row[m]["within_noise"] for m in METRICS)
+        row["within_noise"] = all_within(row[m]["within_noise"] for m in METRICS)
         rows[name] = row
     made_by = {lab: sorted({(t.get("made_by") or {}).get("commit") or "not recorded"
                             for e in run["algorithms"].values() for t in e["trials"]})
@@ -113,8 +138,9 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], n_samples: int = 
     return {"runs": {labels[0]: str(run_a), labels[1]: str(run_b)}, "commits": made_by, "dataset": a["dataset"],
             "sessions": a["sessions"], "recorded_by_one_run_only": only, "alpha": alpha,
             "rule": f"a metric is within noise when its trial-level paired sign-flip p >= {alpha:g} (two-sided, "
-                    "over the per-trial differences of trials paired by seed); a row when all its metrics are",
-            "within_noise": all(r["within_noise"] for r in rows.values()), "rows": rows}
+                    "over the per-trial differences of trials paired by seed); a row when all its metrics are; none "
+                    f"with fewer than {min_trials(alpha)} trials (too few trials: p cannot fall below {alpha:g})",
+            "within_noise": all_within(r["within_noise"] for r in rows.values()), "rows": rows}
 
 
 def markdown(result: dict, labels: tuple[str, str]) -> str:
@@ -134,11 +160,18 @@ def markdown(result: dict, labels: tuple[str, str]) -> str:
                          f"{fmt.format(cell[labels[1]]['std'])} | {cell['mean_difference']:+.4f} | "
                          f"{p_text(cell['p_value'])} | {p_text(cell['trial_p_value'])} | {t_p} | "
                          f"{cell['trials_higher']} / {cell['trials_lower']} | "
-                         f"{'yes' if cell['within_noise'] else '**no**'} |")
+                         f"{NOISE_TEXT[cell['within_noise']]} |")
     walls = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.0f} s" for k, v in row["population_seconds"].items())
                       for name, row in result["rows"].items())
-    verdict = ("every row is within noise" if result["within_noise"] else "not every row is within noise: "
-               + ", ".join(n for n, r in result["rows"].items() if not r["within_noise"]) + " moved")
+    if result["within_noise"] is False:
+        verdict = ("not every row is within noise: "
+                   + ", ".join(n for n, r in result["rows"].items() if r["within_noise"] is False) + " moved")
+    elif result["within_noise"] is None:
+        verdict = (f"too few trials to tell (with n trials the smallest trial-level p is 2 / 2^n, not below "
+                   f"{result['alpha']:g} for n < {min_trials(result['alpha'])}): "
+                   + ", ".join(n for n, r in result["rows"].items() if r["within_noise"] is None))
+    else:
+        verdict = "every row is within noise"
     commits = "; ".join(f"{k}: {', '.join(v)}" for k, v in result.get("commits", {}).items())
     lines += ["", "Mean ± std over trials, trials paired by seed. Session / query level p: Fisher randomization "
               "(paired sign-flip) test over (trial, test query) units for Warm/Cold and (trial, test session) "
@@ -148,10 +181,21 @@ def markdown(result: dict, labels: tuple[str, str]) -> str:
               f"**Verdict** (rule: {result['rule']}): {verdict}.", "",
               f"Commits that made the trials: {commits}. Wall time of each row's populations: {walls}."]
     if result.get("recorded_by_one_run_only"):
-        lines += ["", "Settings only one run records (not compared): " + "; ".join(
+        lines += ["", "Settings only one run records, or that change no result (not compared): " + "; ".join(
             f"`{k}` = {', '.join(f'{v!r} ({lab})' for lab, v in by.items())}"
             for k, by in result["recorded_by_one_run_only"].items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+NOISE_TEXT = {True: "yes", False: "**no**", None: "too few trials"}
+
+
+def min_trials(alpha: float) -> int:
+    """The fewest paired trials whose trial-level test can reject at ``alpha``."""
+    n = 1
+    while too_few_trials(n, alpha) and n < 64:
+        n += 1
+    return n
 
 
 def p_text(p: float) -> str:

@@ -5,7 +5,6 @@ results.json and ``arrays/``)."""
 
 from __future__ import annotations
 
-import resource
 import sys
 from pathlib import Path
 
@@ -17,9 +16,13 @@ from ltrjax.online.state import entered_mask, to_dataset_order
 from ltrjax.report import analysis
 
 
-def peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int | None:
     """This process's peak resident memory so far, in bytes (``getrusage``'s ``ru_maxrss``: KiB on Linux, bytes on
-    macOS)."""
+    macOS); None where there is no ``resource`` module (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
     peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return peak if sys.platform == "darwin" else peak * 1024
 
@@ -32,7 +35,7 @@ def memory_record(queryset) -> dict:
     peak = peak_rss_bytes()
     features = int(queryset.n_docs) * int(queryset.n_features) * 4 if queryset is not None else None
     return {"peak_rss_bytes": peak, "feature_bytes": features,
-            "peak_rss_over_feature_bytes": peak / features if features else None}
+            "peak_rss_over_feature_bytes": peak / features if features and peak is not None else None}
 
 
 def perfect_click_rates(sim: Simulator, result: TrialResult, n_bins: int) -> dict:

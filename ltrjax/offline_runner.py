@@ -157,7 +157,8 @@ def _results(trials, infos, exp: OfflineConfig, qs, cfg=None) -> dict:
 
 
 def offline_markdown(results: dict, exp: OfflineConfig) -> str:
-    """results.md of ``run_offline``: the header (dataset, click model, protocol, seed, trials, commit) and the table."""
+    """results.md of ``run_offline``: the header (dataset, click model, protocol, seed, trials, commit) and the
+    table."""
     infos = results["trials_info"]
     source = (f"click log {exp.click_log}" if exp.click_log
               else protocol_line(exp.budget, exp.list_size, exp.list_cap, infos))

@@ -139,11 +139,16 @@ ONLINE_KINDS = ("online", "online_table", "ucbrank_table")
 # sim keys (``ltrjax.online.simulator.SimConfig``) that change only what is evaluated along the way, not the
 # simulated sessions: results that differ only in them are the same protocol (a resumed run, compare_runs.py)
 REPORTING_KEYS = ("history_splits",)
+# sim keys that change only how the same sessions are computed (the scanned slots and the schedule; results are
+# bit for bit the same, tests/test_padding.py): recorded in the header, ignored by resume and compare_runs.py
+PERFORMANCE_KEYS = ("segment_widths",)
+NON_PROTOCOL_KEYS = REPORTING_KEYS + PERFORMANCE_KEYS
+ROW_IGNORED = tuple(f"sim.{k}" for k in NON_PROTOCOL_KEYS)  # the same keys in a row's recorded settings
 
 
 def protocol_of(sim: dict | None) -> dict | None:
-    """A results header's ``sim`` block without its ``REPORTING_KEYS``."""
-    return None if sim is None else {k: v for k, v in sim.items() if k not in REPORTING_KEYS}
+    """A results header's ``sim`` block without its ``REPORTING_KEYS`` and ``PERFORMANCE_KEYS``."""
+    return None if sim is None else {k: v for k, v in sim.items() if k not in NON_PROTOCOL_KEYS}
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -245,7 +250,7 @@ def check_rows(out_dir: Path, kind: str, rows: dict[str, dict], ignore: tuple[st
         saved = entry.get("settings") if isinstance(entry, dict) else None
         if not isinstance(saved, dict) or saved.get("key") not in rows:
             continue
-        diffs += [(k, o, n, name) for k, o, n in differences(saved, rows[saved["key"]], ignore)]
+        diffs += [(k, o, n, name) for k, o, n in differences(saved, rows[saved["key"]], ignore + ROW_IGNORED)]
     if diffs:
         raise refusal(Path(out_dir) / RESULTS, "finished rows", diffs)
     return old

@@ -95,8 +95,9 @@ def test_retrain_smoke(capsys):
     assert out["fit_passes_per_retrain"] == warm["configured"]["fit_passes_per_retrain"]
     assert 1 <= out["fit_passes_per_retrain"] <= 2 and out["cold_fit_passes"] >= 1
     assert warm["old"]["fit_passes_per_retrain"] >= 5 + 2 and warm["old_stop"]["patience"] == 5  # patience 5, grace 1
-    assert out["quick_val_loss_rel_diff"] == warm["quick_val_loss_rel_diff"]
-    assert abs(warm["quick_val_loss_rel_diff"]) < 1e-2  # a tiny smoke fit; issue 22's bar (1e-3) is for full runs
+    assert out["default_vs_old_val_loss_rel_diff"] == warm["default_vs_old_val_loss_rel_diff"]
+    # a tiny smoke fit; issue 22's bar (1e-3) is for full runs
+    assert abs(warm["default_vs_old_val_loss_rel_diff"]) < 1e-2
     # the step-cost scan: minibatches 64 and 256 one member at a time, then 256 with both members vmapped
     scan = out["step_cost"]
     assert [(r["batch"], r["member_batch"]) for r in scan] == [(64, 1), (256, 1), (256, 2)]
@@ -212,6 +213,35 @@ def test_baseline_fails_clearly_when_the_baseline_refuses_the_command(tmp_path, 
     assert len(saved["runs"]) == 1 and saved["runs"][0]["returncode"] == 1 and saved["failed"]
 
 
+def test_baseline_summarizes_an_offline_run(tmp_path):
+    """Rows without Cum/Warm/Cold-NDCG (``-- -m ltrjax.run experiment=offline``): no row difference, and a
+    results.md all the same (it used to format None and leak the temporary worktree)."""
+    from tests.scripts import load_script
+
+    baseline = load_script("benchmarks/baseline.py")
+    results = {"dataset": "toy", "trials": 1, "wall_seconds": 2.0, "peak_rss_bytes": 10**8,
+               "algorithms": {"naive": {"ndcg@10": 0.5, "map": 0.4, "trials": [{}]}}}
+    runs = []
+    for repeat, label in [(0, "baseline"), (0, "current")]:
+        run_dir = tmp_path / f"{label}-{repeat}"
+        run_dir.mkdir()
+        (run_dir / "results.json").write_text(json.dumps(results))
+        runs.append({"label": label, "repeat": repeat, "returncode": 0, "wall_seconds": 3.0 if repeat else 2.0,
+                     "peak_rss_bytes": 10**8, "peak_tree_rss_bytes": None, "user_seconds": 1.0,
+                     "system_seconds": 0.1, "load_average_before": [0.5], "load_average_after": [0.6],
+                     "run_record": baseline.run_record_of(run_dir)})
+    assert runs[0]["run_record"]["rows"] == {"naive": {}}
+    summary = baseline.summarize(runs)
+    assert summary["row_metrics_max_abs_diff"] is None and summary["baseline_ratio"] is not None
+    tree = {"commit": "0" * 40, "dirty": False, "revision": "HEAD"}
+    text = baseline.markdown({"baseline": tree, "current": tree, "invocation": "python benchmarks/baseline.py",
+                              "command": ["-m", "ltrjax.run", "experiment=offline"], "repeat": 1,
+                              "order": "alternate", "xla_cache": "fresh", "started": "s", "finished": "f",
+                              "machine": {"cpu": "x", "cpu_count": 2, "memory_bytes": None, "jax": "0"},
+                              "runs": runs, "summary": summary})
+    assert "baseline_ratio" in text and "Cum/Warm/Cold" not in text
+
+
 def test_gpu_check_script_parses():
     """benchmarks/gpu_check.sh (run on a lent GPU machine, rarely) is at least valid bash here."""
     subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")], check=True)
@@ -262,12 +292,13 @@ def test_compare_runs_smoke(capsys):
         cell = row[metric]
         assert 0.0 < cell["p_value"] <= 1.0
         assert cell["mean_difference"] == pytest.approx(cell["B"]["mean"] - cell["A"]["mean"])
-        # trial level, 2 trials paired by seed: the exact sign-flip p is 0.5 or 1, never below 0.05
-        assert cell["trial_p_value"] in (0.5, 1.0) and cell["within_noise"] is True
+        # trial level, 2 trials paired by seed: the exact sign-flip p is 0.5 or 1, never below 0.05: no verdict
+        assert cell["trial_p_value"] in (0.5, 1.0) and cell["within_noise"] is None
         assert cell["trials_higher"] + cell["trials_lower"] <= 2
         assert cell["trial_t_p_value"] is None or 0.0 <= cell["trial_t_p_value"] <= 1.0
-    assert row["within_noise"] is True and result["within_noise"] is True and result["alpha"] == 0.05
+    assert row["within_noise"] is None and result["within_noise"] is None and result["alpha"] == 0.05
     assert "| ebrank | 2 | Warm-NDCG@5 |" in out and "**Verdict** (rule: a metric is within noise when" in out
+    assert "| too few trials |" in out and "too few trials to tell" in out
 
 
 def test_compare_runs_trial_level_test_and_verdict():
@@ -286,17 +317,41 @@ def test_compare_runs_trial_level_test_and_verdict():
     assert noise["trials_higher"] == noise["trials_lower"] == 5 and noise["trial_t_p_value"] == pytest.approx(1.0)
     same = trial_level(a, a.copy(), 0.05)
     assert same["trial_p_value"] == 1.0 and same["trial_t_p_value"] == 1.0 and same["within_noise"] is True
+    # fewer than 6 trials cannot reach p < 0.05 (smallest p 2 / 2^n): no verdict; 6 can
+    assert trial_level(a[:5], a[:5] + 1.0, 0.05)["within_noise"] is None
+    assert trial_level(a[:6], a[:6] + 1.0, 0.05)["within_noise"] is False
+    with pytest.raises(ValueError):
+        trial_level(a[:0], a[:0], 0.05)
+
+
+def test_compare_runs_refuses_runs_without_common_trials(tmp_path):
+    from tests.scripts import load_script
+
+    compare = load_script("experiments/compare_runs.py").compare
+    header = {"dataset": "toy", "sessions": 10, "click_model": {"kind": "pbm"}, "sim": {"gamma": 0.995}}
+    for name, seed in (("a", 0), ("b", 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(
+            {**header, "algorithms": {"ebrank": {"trials": [{"seed": seed}]}}}))
+    with pytest.raises(SystemExit, match="no trial of 'ebrank' in common") as exc:
+        compare(tmp_path / "a", tmp_path / "b", ("A", "B"))
+    assert str(tmp_path / "a") in str(exc.value) and str(tmp_path / "b") in str(exc.value)
 
 
 def test_compare_runs_protocol_check_reports_settings_one_run_lacks():
-    """A sim key a later commit added (segment_widths) is reported, not a difference; a changed value is refused."""
+    """A sim key a later commit added (segment_widths), or a reporting or performance key with two values, is
+    reported, not a difference; another changed value is refused."""
     from tests.scripts import load_script
 
     check = load_script("experiments/compare_runs.py").protocol_check
     old = {"dataset": "mq2008", "sessions": 100, "click_model": {"kind": "pbm"},
            "sim": {"top_k": 5, "gamma": 0.995, "history_splits": "test"}}
     new = {**old, "sim": {**old["sim"], "segment_widths": "phase", "history_splits": "all"}}
-    assert check(old, new, ("base", "head")) == {"sim.segment_widths": {"head": "phase"}}
+    assert check(old, new, ("base", "head")) == {"sim.segment_widths": {"head": "phase"},
+                                                 "sim.history_splits": {"base": "test", "head": "all"}}
+    classes = {**new, "sim": {**new["sim"], "segment_widths": "classes"}}  # performance only: reported, not refused
+    assert check(new, classes, ("phase", "classes")) == {
+        "sim.segment_widths": {"phase": "phase", "classes": "classes"}}
     with pytest.raises(SystemExit, match="differ in 'sim'"):
         check(old, {**new, "sim": {**new["sim"], "top_k": 4}}, ("base", "head"))
 

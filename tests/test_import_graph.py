@@ -12,9 +12,9 @@ schemas and ``validate``), ``ltrjax.structured`` (the generic mapping-to-datacla
 ``ltrjax.runner`` (online) and ``ltrjax.offline_runner``, ``ltrjax.run``, ``ltrjax.experiment`` and ``ltrjax.api``.
 ``ltrjax.constraints`` is not part of it: it is the field-check vocabulary (``PositiveInt``, ``OneOf``,
 ``ConfigError``) that the packages' own dataclasses (``SimConfig``, ``FitConfig``, ``TrainConfig``,
-``OfflineConfig``) use in ``__post_init__``, as gymnax's ``EnvParams`` carry their own checks; it imports no other module of ltrjax, so it cannot close a circle. Run-folder
-records (``ltrjax.record``: the one reader/writer of results.json) are neutral too: the offline runners write
-them and ``report/`` reads them.
+``OfflineConfig``) use in ``__post_init__``, as gymnax's ``EnvParams`` carry their own checks; it imports no other
+module of ltrjax, so it cannot close a circle. Run-folder records (``ltrjax.record``: the one reader/writer of
+results.json) are neutral too: the offline runners write them and ``report/`` reads them.
 """
 
 from __future__ import annotations

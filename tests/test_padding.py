@@ -11,6 +11,7 @@ from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ebrank import EBRank
+from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
                                     width_ladder)
 from ltrjax.online.simulator import SimConfig, Simulator, class_rungs, fitted_lanes
@@ -121,15 +122,24 @@ def test_ladder_widths_give_the_same_run(sim):
     np.testing.assert_equal(got.eval_history, want.eval_history)
 
 
-def test_class_widths_give_the_same_run(sim):
+@pytest.mark.parametrize("learner, click_rng", [("ebrank", "host"), ("ebrank", "device"), ("pdgd", "host")])
+def test_class_widths_give_the_same_run(sim, learner, click_rng):
     """Width classes (``segment_widths=classes``: per segment every query scans the smallest class width that holds
     its documents, one program per phase) change only the schedule and the scanned slots: a population of two
     trials gives the shown lists, clicks, NDCG and evaluations of the default, each member as alone; the plans scan
-    fewer slots."""
-    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+    fewer slots. With clicks drawn on the device (``sim.click_rng=device``) too, and for PDGD, a policy that scans
+    every slot (no ``narrow_rows``) and learns from its ``session_record`` in session order."""
+    if learner == "ebrank":
+        policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+    else:
+        policy = PDGD(sim.data)
+        assert not policy.narrow_rows
     keys = [jax.random.PRNGKey(11), jax.random.PRNGKey(12)]
-    want = sim.run_population(policy, keys, progress=False, keep_logs=True)
-    classes = Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, segment_widths="classes"),
+    phase = Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, click_rng=click_rng),
+                      warmup_policy=sim.warmup_policy)
+    want = phase.run_population(policy, keys, progress=False, keep_logs=True)
+    classes = Simulator(sim.data, sim.click_model,
+                        dataclasses.replace(sim.config, segment_widths="classes", click_rng=click_rng),
                         warmup_policy=sim.warmup_policy)
     got = classes.run_population(policy, keys, progress=False, keep_logs=True)
     assert classes.width_shapes() == 1
@@ -140,7 +150,8 @@ def test_class_widths_give_the_same_run(sim):
         np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
         np.testing.assert_equal(g.eval_history, w.eval_history)
         assert g.cum_ndcg == w.cum_ndcg
-    assert classes.doc_slot_occupancy(policy, keys) > sim.doc_slot_occupancy(policy, keys)
+    if learner == "ebrank" and click_rng == "host":
+        assert classes.doc_slot_occupancy(policy, keys) > sim.doc_slot_occupancy(policy, keys)
 
 
 def test_segment_widths_cover_every_entered_document(sim):

@@ -100,6 +100,17 @@ def test_memory_record_counts_every_documents_float32_features():
     assert memory_record(None)["feature_bytes"] is None
 
 
+def test_memory_record_without_the_resource_module(monkeypatch):
+    """Windows has no ``resource``: the peak and the ratio are None, the feature bytes still counted."""
+    from ltrjax.measure import memory_record, peak_rss_bytes
+    from ltrjax.data.toy import toy_queryset
+
+    monkeypatch.setitem(sys.modules, "resource", None)  # ``import resource`` raises ImportError
+    assert peak_rss_bytes() is None
+    rec = memory_record(toy_queryset(n_queries=12, n_features=7))
+    assert rec["peak_rss_bytes"] is None and rec["peak_rss_over_feature_bytes"] is None and rec["feature_bytes"] > 0
+
+
 def test_reports_say_what_they_are(finished):
     out, _ = finished
     text = (out / "results.md").read_text()
@@ -304,6 +315,29 @@ def test_rows_without_recorded_settings_are_not_resumed(tmp_path):
     with pytest.raises(record.RunFolderError, match="settings: <not recorded>"):
         ResultsWriter(tmp_path, {"dataset": "toy"}, METRICS, {"ebrank": {"seed": 0}}).resume()
     assert ResultsWriter(tmp_path, {"dataset": "toy"}, METRICS, {"random_k": {"seed": 0}}).resume() == 1
+
+
+def test_segment_widths_is_performance_only(tmp_path):
+    """``sim.segment_widths`` changes how the same sessions are computed, not them (tests/test_padding.py): a folder
+    written in one width mode resumes in another, also when its rows recorded the key (written before it was a
+    performance key); it stays in the header. Another sim key of a row is still refused."""
+    from ltrjax.report.online_report import METRICS
+    from ltrjax.report.results import ResultsWriter
+
+    assert "segment_widths" in record.PERFORMANCE_KEYS
+    assert record.protocol_of({"top_k": 5, "segment_widths": "classes"}) == {"top_k": 5}
+    sim = {"top_k": 5, "entry_prob": 1.0}
+    row = {"key": "ebrank", "seed": 0, "sim": {**sim, "segment_widths": "phase"}}
+    old = {"dataset": "toy", "sim": {**sim, "segment_widths": "phase"},
+           "algorithms": {"ebrank": {"settings": row, "trials": [{"seed": 0, "cum_ndcg": 1.0}]}}}
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    mine = {"key": "ebrank", "seed": 0, "sim": sim}  # ltrjax.runner.row_settings leaves it out now
+    header = {"dataset": "toy", "sim": {**sim, "segment_widths": "classes"}}
+    writer = ResultsWriter(tmp_path, header, METRICS, {"ebrank": mine})
+    assert writer.resume() == 1 and writer.as_dict()["sim"]["segment_widths"] == "classes"
+    assert record.check_rows(tmp_path, "online", {"ebrank": {**row, "sim": {**sim, "segment_widths": "ladder"}}})
+    with pytest.raises(record.RunFolderError, match="sim.entry_prob"):
+        ResultsWriter(tmp_path, header, METRICS, {"ebrank": {**mine, "sim": {**sim, "entry_prob": 0.5}}}).resume()
 
 
 def test_ctrl_c_inside_a_gc_callback_is_sent_again_not_lost(monkeypatch):

@@ -52,7 +52,9 @@ class Rule:
     grace: int = 0
     initial: bool = False  # also validate (and possibly keep) the initial carry, as epoch count 0
     keep_last: bool = False  # no validation: the result is the last epoch's carry
-    min_delta: float = 0.0  # a validated epoch is better only when its score beats the best by more than this
+    # a validated epoch with a higher score is kept (and its score becomes the best) whatever this; it is progress
+    # (resets the patience) only when its score beats the best by more than this
+    min_delta: float = 0.0
 
     def validated(self, e):
         """Whether epoch count ``e`` is validated (a Python int or a traced integer)."""

@@ -7,7 +7,8 @@ our number, n trials, verdict, p-value and, where it does not hold, the tested c
 The runner (``run_fidelity``: results.json, resume check) is ``ltrjax.offline_runner``; results.md and the figures
 are ``ltrjax.report.fidelity_report``. Every trial t (seed ``seed + t``) prepares the split, production ranker and
 presented lists once per part and reuses them across settings, so every comparison is paired over trials; every
-estimator of a table trains on one schedule (``FidelityConfig.train``: best validation NDCG@10 within a fixed step budget), recorded per estimator.
+estimator of a table trains on one schedule (``FidelityConfig.train``: best validation NDCG@10 within a fixed step
+budget), recorded per estimator.
 
 * PRS (§5.2): whole candidate lists, PBM clicks theta_k = 1/k, noise mu, binarized relevance, a budget in clicks
   per logged query (MQ2007 at 128K clicks: about 126); naive / IPS / PNS / PRS told the true theta, and
@@ -139,8 +140,8 @@ def vectorization_untestable(qs) -> dict | None:
     return {"vec_gt_scalar_tiangong": f"{grades}: the TianGong matrix (Table 1) has one row per grade 0-4 and its "
                                       f"relevance signal lives in rows 3-4; on rows 0-2 label 2 is clicked less than "
                                       f"label 0 at positions 1, 3, 4, 5 (ClickModelDataMismatch){where}",
-            "vec_ge_affine_trust_bias": f"{grades}: Table 2's trust-bias relevance (Eq. 13) is defined on the papers' 5 "
-                                        f"grades, and the Vectorization tables run on 5-grade data only{where}",
+            "vec_ge_affine_trust_bias": f"{grades}: Table 2's trust-bias relevance (Eq. 13) is defined on the papers' "
+                                        f"5 grades, and the Vectorization tables run on 5-grade data only{where}",
             "vec_d1_eq_dla_pbm": f"{grades}: the Vectorization part (its PBM d = 1 check included) runs on 5-grade "
                                  f"data only, the papers' Yahoo!/Istella-S regime{where}"}
 
@@ -158,7 +159,8 @@ def vectorization_part(qs, fx: FidelityConfig, log=print) -> dict:
         trial = E.prepare_trial(qs, base, int(fx.seed) + t)  # graded evaluation: shared by the settings
         for name in settings:
             s = VEC_SETTINGS[name]
-            exp = override(base, {"click_model": s["click_model"], "estimator_options": estimator_api.vectorization_table_options(s["dim"])})
+            exp = override(base, {"click_model": s["click_model"],
+                                  "estimator_options": estimator_api.vectorization_table_options(s["dim"])})
             res = E.run_setting(trial, exp, estimators=vx.estimators, log=_quiet)
             for e in vx.estimators:
                 tables[name][e].append(res[e]["ndcg@10"])
@@ -199,10 +201,10 @@ def vectorization_claims(part: dict | None, fx: FidelityConfig, qs, reasons) -> 
                   comparators=refs, closest=worst, per_comparator={r: t["p_value"] for r, t in tests.items()})
         if c["verdict"] != "holds" and "labeled" in tg and "production" in tg:
             room = _mean(tg["labeled"]) - _mean(tg["production"])
-            c["cause"] = (f"none established; measured: the labelled skyline is {room:+.4f} NDCG@10 from the production "
-                          f"ranker here" + (f" and naive {_mean(tg['naive']) - _mean(tg['vectorization']):+.4f} from "
-                                            f"Vectorization" if "naive" in tg else "")
-                          + " (little for any bias model to win)")
+            naive = (f" and naive {_mean(tg['naive']) - _mean(tg['vectorization']):+.4f} from Vectorization"
+                     if "naive" in tg else "")
+            c["cause"] = (f"none established; measured: the labelled skyline is {room:+.4f} NDCG@10 from the "
+                          f"production ranker here{naive} (little for any bias model to win)")
         out.append(_no_cause(c))
     tb = tables.get("trust_bias")
     if tb is None or "affine" not in tb:

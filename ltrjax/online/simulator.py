@@ -58,7 +58,8 @@ CLICK_RNGS = ("host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder", "classes")
 CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
-# the sim keys that change only what is reported (history_splits): ltrjax.record.REPORTING_KEYS
+# the sim keys that change only what is reported (history_splits) or how fast (segment_widths):
+# ltrjax.record.REPORTING_KEYS, PERFORMANCE_KEYS
 
 
 @dataclasses.dataclass(frozen=True)

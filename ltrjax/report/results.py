@@ -8,15 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from ltrjax.record import (RESULTS, atomic_write, differences, jsonable, protocol_of, read_results, refusal,
-                           write_results)
+from ltrjax.record import (RESULTS, ROW_IGNORED, atomic_write, differences, jsonable, protocol_of, read_results,
+                           refusal, write_results)
 
 __all__ = ["ResultsWriter", "atomic_write", "same_protocol"]
 
 
 def same_protocol(key: str, a: Any, b: Any) -> bool:
     """Whether two results headers' ``key`` values describe the same protocol: ``sim`` blocks are compared
-    without the keys that change only what is evaluated along the way (``ltrjax.record.REPORTING_KEYS``)."""
+    without the keys that change only what is evaluated along the way or how fast (``ltrjax.record.REPORTING_KEYS``,
+    ``PERFORMANCE_KEYS``)."""
     if key == "sim":
         return protocol_of(a) == protocol_of(b)
     return a == b
@@ -61,7 +62,7 @@ class ResultsWriter:
             if not isinstance(saved, dict):
                 diffs.append(("settings", "<not recorded>", "<this run's>", name))
                 continue
-            diffs += [(k, o, n, name) for k, o, n in differences(saved, self.settings[name])]
+            diffs += [(k, o, n, name) for k, o, n in differences(saved, self.settings[name], ROW_IGNORED)]
         if diffs:
             raise refusal(path, "finished rows", diffs)
         self.algorithms = {name: entry for name, entry in old.get("algorithms", {}).items()}
