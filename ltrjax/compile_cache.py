@@ -12,7 +12,10 @@ import jax
 
 from ltrjax.data.cache import cache_root
 
-MIN_COMPILE_SECONDS = 0.5  # programs that compile faster are not worth a disk write
+# Every program is written, however fast it compiles: a run compiles ~100 small programs (eager ops, RNG draws)
+# that together cost as much as the big ones. At 0.5 s, a second end_to_end run still compiled 106 of its 114
+# programs and took 0.46x the first; at 0 it compiled none and took 0.27x (docs/performance.md).
+MIN_COMPILE_SECONDS = 0.0
 
 
 def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> str:
