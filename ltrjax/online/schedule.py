@@ -52,6 +52,15 @@ def padded_steps(steps: int, growth: float = 1.1) -> int:
     return int(math.ceil(8 * growth ** math.ceil(math.log(steps / 8, growth))))
 
 
+def equal_count_groups(counts: np.ndarray):
+    """Queries in decreasing ``counts`` (stable order), their sorted counts, and the ``(start, stop)`` bounds of each
+    run of equal counts in that order (the groups ``balance_lanes`` and ``level_lanes`` place together)."""
+    order = np.argsort(-counts, kind="stable")
+    sorted_counts = counts[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(sorted_counts) != 0])
+    return order, sorted_counts, list(zip(starts, np.r_[starts[1:], len(order)]))
+
+
 def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     """Longest-processing-time-first assignment of queries (with ``counts`` sessions) to lanes.
 
@@ -60,10 +69,8 @@ def balance_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     """
     lane_of_query = np.empty(counts.shape[0], np.int64)
     loads = np.zeros(n_lanes, np.int64)
-    order = np.argsort(-counts, kind="stable")
-    sorted_counts = counts[order]
-    starts = np.flatnonzero(np.r_[True, np.diff(sorted_counts) != 0])
-    for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
+    order, sorted_counts, groups = equal_count_groups(counts)
+    for start, stop in groups:
         for chunk_start in range(start, stop, n_lanes):
             chunk = order[chunk_start:min(stop, chunk_start + n_lanes)]
             lanes = np.argsort(loads, kind="stable")[: len(chunk)]
@@ -82,10 +89,8 @@ def level_lanes(counts: np.ndarray, n_lanes: int) -> np.ndarray:
     """
     lane_of_query = np.empty(counts.shape[0], np.int64)
     loads = np.zeros(n_lanes, np.int64)
-    order = np.argsort(-counts, kind="stable")
-    sorted_counts = counts[order]
-    starts = np.flatnonzero(np.r_[True, np.diff(sorted_counts) != 0])
-    for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
+    order, sorted_counts, groups = equal_count_groups(counts)
+    for start, stop in groups:
         size, m = int(sorted_counts[start]), int(stop - start)
         # the highest level L with sum((L - load) // size, over lanes below L) <= m items
         low, high = int(loads.min()), int(loads.max()) + size * (m // n_lanes + 2)
