@@ -2,7 +2,6 @@
 the same rule."""
 
 import dataclasses
-import itertools
 
 import jax
 import jax.numpy as jnp

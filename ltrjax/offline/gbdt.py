@@ -20,8 +20,9 @@ Both are multiplied by the number of lists, i.e. the loss is a sum over lists (L
 rather than a mean over sessions; the Newton step -sum g / sum h of a leaf does not change, LightGBM's
 absolute thresholds (``min_sum_hessian_in_leaf``) do.
 
-Model selection is the offline protocol's (``train.fit``): one boosting round is one epoch, the validator's
-NDCG@10 on the validation lists is computed every round (from LightGBM's incremental validation scores, a
+Model selection is the offline protocol's (``train.fit``), in the same fit loop (``ltrjax.models.fit_loop``, run on
+the host): one boosting round (``Booster.update``, as ``lgb.train`` runs it) is one epoch, the validator's NDCG@10
+on the validation lists is computed at the validated rounds (from LightGBM's incremental validation scores, a
 custom eval), the best round is kept and training stops after ``patience`` rounds without a better one, or at
 ``max_epochs`` rounds. The selected ensemble becomes a pytree of arrays (``tree_arrays``) scored in JAX
 (``tree_scores``), so evaluation, saving and loading treat it as any other ranker's parameters.

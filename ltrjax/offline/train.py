@@ -3,7 +3,7 @@
 An epoch is one jitted function: a random permutation of the training rows (logged or labeled
 queries) is cut into minibatches and ``lax.scan`` runs the optimizer over them; padded batch
 rows are zeroed so they contribute nothing. The epochs run in the fit loop the online retraining
-shares (``ltrjax.models.fit_loop``), driven from the host (``early_stopped_host``) because the validation
+shares (``ltrjax.models.fit_loop``), run on the host (``fit_loop.HOST``) because the validation
 metric (NDCG of the evaluator) is computed there; it keeps the best parameters (early stopping with
 ``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze and joint
 phases; ``Estimator.select_from`` is the step from which validation may already select a checkpoint).
