@@ -1,8 +1,7 @@
-"""The shared early-stopped loop (ltrjax/models/fit_loop.py), compiled and host-driven, against a plain Python loop
-of the same rule."""
+"""The one early-stopped loop (ltrjax/models/fit_loop.py), compiled and on the host, against a plain Python loop of
+the same rule."""
 
 import dataclasses
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -51,35 +50,42 @@ def reference(scores, rule: fit_loop.Rule):
 
 
 def run(tables, rule):
-    """(epochs, best epoch) of ``early_stopped`` for each row of ``tables``, all in one vmapped program (a batched
-    while_loop: every row must stop at its own epoch)."""
+    """(epochs, best epoch, best score) of the compiled loop for each row of ``tables``, all in one vmapped program
+    (a batched while_loop: every row must stop at its own epoch)."""
 
     def one(table):
         def epoch(carry, key):
             return carry + 1, jnp.float32(0.0)
 
         best, info = fit_loop.early_stopped(epoch, lambda c: table[c], jnp.int32(0), jax.random.PRNGKey(0), rule)
-        return best, info["epochs"], info["best_epoch"]
+        return best, info["epochs"], info["best_epoch"], info["best_score"]
 
-    best, epochs, best_epoch = jax.jit(jax.vmap(one))(jnp.asarray(tables, jnp.float32))
+    best, epochs, best_epoch, best_score = jax.jit(jax.vmap(one))(jnp.asarray(tables, jnp.float32))
     assert np.array_equal(np.asarray(best), np.asarray(best_epoch))
-    return [(int(e), int(b)) for e, b in zip(epochs, best)]
+    return [(int(e), int(b), float(s)) for e, b, s in zip(epochs, best, best_score)]
 
 
 def run_host(table, rule):
-    """(epochs, best epoch, validated epoch counts) of ``early_stopped_host`` on one row."""
-    seen = []
+    """(epochs, best epoch, best score, validated epoch counts) of the host loop on one row. The carry after e
+    epochs is the object ``carries[e]``: the best one must come back by reference, not copied."""
+    carries, seen = [(0,)], []
 
-    def score(c):
-        seen.append(c)
-        return table[c]
+    def epoch(carry, key):
+        carries.append((carry[0] + 1,))
+        return carries[-1], None
 
-    best, info = fit_loop.early_stopped_host(lambda c, key: (c + 1, 0.0), score, 0, jax.random.PRNGKey(0), rule)
-    assert best == info["best_epoch"] and info["losses"] == [0.0] * info["epochs"]
-    assert info["scores"] == ([] if rule.keep_last else [table[e] for e in seen])
+    def score(carry):
+        seen.append(carry[0])
+        return table[carry[0]]
+
+    best, info = fit_loop.early_stopped(epoch, score, carries[0], None, rule, next_key=lambda key, e: (key, key),
+                                        run=fit_loop.HOST)
+    assert best is carries[info["best_epoch"]]
+    assert all(type(info[k]) is t for k, t in [("epochs", int), ("best_epoch", int), ("best_score", float)])
     if rule.keep_last:  # never scored, every epoch validated
+        assert seen == []
         seen = list(range(1, info["epochs"] + 1))
-    return info["epochs"], info["best_epoch"], seen
+    return info["epochs"], info["best_epoch"], info["best_score"], seen
 
 
 RULES = [fit_loop.Rule(max_epochs=m, patience=p, min_epochs=mi, first=f, every=ev, grace=g, initial=i)
@@ -92,21 +98,22 @@ RULES = [fit_loop.Rule(max_epochs=m, patience=p, min_epochs=mi, first=f, every=e
 RULES.append(fit_loop.Rule(max_epochs=9, patience=2, keep_last=True))
 RULES += [fit_loop.Rule(max_epochs=12, patience=p, first=0, initial=True, grace=g, min_delta=0.15)  # online rules
           for p, g in [(1, 0), (2, 0), (3, 1)]]
+RULES.append(fit_loop.Rule(max_epochs=12, patience=2, first=3, every=2, initial=True, grace=1, min_delta=0.15))
 
 
 @pytest.mark.parametrize("rule", RULES, ids=range(len(RULES)))
-def test_early_stopped_matches_the_python_loop(rule):
+def test_compiled_and_host_executions_match_the_python_loop(rule):
+    """The one loop, compiled (vmapped) and on the host, on the same score sequences: the same epochs, best epoch
+    and best score as the plain Python loop, and the host scores exactly the validated epochs."""
     rng = np.random.default_rng(0)
     tables = np.round(rng.normal(size=(40, rule.max_epochs + 1)), 1)  # ties happen: they must not count as better
     tables[-5:] = np.cumsum(np.abs(tables[-5:]) + 0.1, axis=1)  # always improving: runs to max_epochs
     tables = tables.astype(np.float32)
     expected = [reference(t, rule) for t in tables]
-    assert run(tables, rule) == [(e, b) for e, b, _ in expected]
-    host = [(e, b, seen) for e, b, seen in (run_host(t.astype(np.float64), rule) for t in tables)]
-    if rule.initial:
-        expected = [(e, b, seen[1:]) for e, b, seen in expected]  # the host loop scores epoch 0 before the loop
-        host = [(e, b, seen[1:] if seen[:1] == [0] else seen) for e, b, seen in host]
-    assert host == expected
+    host = [run_host(t.astype(np.float64), rule) for t in tables]
+    compiled = run(tables, rule)
+    assert [(e, b, seen) for e, b, _, seen in host] == expected
+    assert compiled == [(e, b, s) for e, b, s, _ in host]
     if not rule.keep_last and rule.min_epochs < rule.max_epochs > 1:  # rows stop at different epochs
         assert len({e for e, _, _ in expected}) > 1
 
@@ -117,16 +124,16 @@ def test_online_form_trains_one_more_epoch_after_the_patience_runs_out():
     p = 2
     rule = fit_loop.Rule(max_epochs=50, patience=p + 1, first=0, initial=True, grace=1)
     scores = np.array([0.0, 1.0] + [0.5] * 48 + [2.0], np.float32)
-    ((epochs, best),) = run(scores[None], rule)
-    assert (epochs, best) == (1 + (p + 1) + 1, 1)
-    assert run_host(scores.astype(np.float64), rule) == (epochs, best, list(range(epochs + 1)))
+    ((epochs, best, best_score),) = run(scores[None], rule)
+    assert (epochs, best, best_score) == (1 + (p + 1) + 1, 1, 1.0)
+    assert run_host(scores.astype(np.float64), rule) == (epochs, best, best_score, list(range(epochs + 1)))
 
 
 def test_patience_zero_stops_at_the_first_validation_that_is_not_better():
     rule = fit_loop.Rule(max_epochs=10, patience=0)
     scores = np.array([0, 1, 2, 3, 2.5, 4, 5, 6, 7, 8, 9], np.float32)
-    assert run(scores[None], rule) == [(4, 3)]
-    assert run_host(scores.astype(np.float64), rule) == (4, 3, [1, 2, 3, 4])
+    assert run(scores[None], rule) == [(4, 3, 3.0)]
+    assert run_host(scores.astype(np.float64), rule) == (4, 3, 3.0, [1, 2, 3, 4])
 
 
 def test_min_delta_counts_only_improvements_above_it_as_progress():
@@ -134,16 +141,17 @@ def test_min_delta_counts_only_improvements_above_it_as_progress():
     online default ``FitConfig()``: patience 0, grace 0) the fit stops at the first such epoch and keeps it."""
     rule = fit_loop.Rule(max_epochs=10, patience=1, first=0, initial=True, grace=0, min_delta=0.1)
     scores = np.array([0, 1, 1.05, 3, 4, 5, 6, 7, 8, 9, 10], np.float32)
-    assert run(scores[None], rule) == [(2, 2)]
-    assert run_host(scores.astype(np.float64), rule) == (2, 2, [0, 1, 2])
+    assert run(scores[None], rule)[0][:2] == (2, 2)
+    epochs, best, _, seen = run_host(scores.astype(np.float64), rule)
+    assert (epochs, best, seen) == (2, 2, [0, 1, 2])
     worse = np.array([0, 1, 0.95, 3, 4, 5, 6, 7, 8, 9, 10], np.float32)  # a worse epoch is not kept
-    assert run(worse[None], rule) == [(2, 1)]
+    assert run(worse[None], rule) == [(2, 1, 1.0)]
     strict = dataclasses.replace(rule, min_delta=0.0)  # the same gain is progress without a threshold
-    assert run(scores[None], strict) == [(10, 10)]
+    assert run(scores[None], strict) == [(10, 10, 10.0)]
 
 
 def test_small_gains_stop_the_fit_after_the_patience():
     """Gains below ``min_delta`` in a row are each kept, and stop the fit once the patience runs out."""
     rule = fit_loop.Rule(max_epochs=20, patience=3, first=0, initial=True, grace=0, min_delta=0.1)
     scores = np.array([0, 1] + [1 + 0.05 * k for k in range(1, 19)] + [9], np.float32)
-    assert run(scores[None], rule) == [(4, 4)]
+    assert run(scores[None], rule)[0][:2] == (4, 4)

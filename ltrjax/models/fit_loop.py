@@ -2,17 +2,19 @@
 
 A fit trains epoch by epoch, validates some epochs, keeps the best validated parameters and stops when the
 validation score stops improving. ``Rule`` says when to validate and when to stop; ``decide`` is that rule's
-arithmetic, written once. Two drivers train an epoch, validate it and ``decide``, epoch by epoch:
+arithmetic and ``early_stopped`` the loop: its state (``Loop``), ``cond`` and ``body`` are written once, and an
+``Execution`` runs them:
 
-* ``early_stopped``: a ``lax.while_loop``, so the whole fit is one compiled program that can be ``vmap``ped /
-  ``lax.map``ped over the members of a population (the online retraining, ``ltrjax.models.train.make_fit``,
-  validated by a loss computed on the device);
-* ``early_stopped_host``: a Python loop over a jitted epoch, for fits validated on the host
-  (the offline estimators, ``ltrjax.offline.train.fit``: validation NDCG by the offline evaluator). Compiling
-  such a fit as one program would put the validation scoring inside every estimator's program.
-  Measured at cbfd8fc, that raised the CI suite from 485 s to 696 s.
-  ``HostStopping`` is the same rule for loops that are not ours (LightGBM's boosting rounds,
-  ``ltrjax.offline.gbdt``).
+* ``COMPILED``: one ``lax.while_loop``, so the whole fit is one program that can be ``vmap``ped / ``lax.map``ped
+  over the members of a population (the online retraining, ``ltrjax.models.train.make_fit``, validated by a loss
+  computed on the device); a non-validated epoch's score is a ``lax.cond`` branch, the best carry a ``jnp.where``;
+* ``HOST``: a Python while-loop with the same (cond, body, init) signature, on Python scalars, over a jitted
+  epoch: ``score`` is a host function called exactly at the validated epochs and the best carry is kept by
+  reference. It runs the offline estimators (``ltrjax.offline.train.fit``: validation NDCG by the offline
+  evaluator) and LightGBM's boosting rounds (``ltrjax.offline.gbdt``: a round is an epoch). Compiling such a fit
+  as one program would put the validation scoring inside every estimator's program: measured at cbfd8fc, that
+  raised the CI suite from 485 s to 696 s. A host fit keeps its history (losses, scores, a progress bar) in its
+  own ``epoch`` and ``score``.
 
 Validated epoch counts are ``first, first + every, ...`` and the last epoch (``initial`` validates the initial
 parameters too, as epoch count 0). The first validated epoch is kept whatever its score, later ones when strictly
@@ -30,12 +32,12 @@ no ``min_delta``.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 Carry = Any
 
@@ -63,22 +65,44 @@ class Rule:
 
     @property
     def validates_every_epoch(self) -> bool:
+        """Every epoch count from 1 on is validated (the loop then scores every epoch without a branch)."""
         return self.keep_last or (self.first <= 1 and self.every == 1)
 
 
 @dataclasses.dataclass(frozen=True)
-class Ops:
-    """The array functions ``decide`` uses: ``jnp`` inside compiled loops, NumPy on the host."""
+class Execution:
+    """How the one loop runs: its control flow, selects and scalar types (``COMPILED`` or ``HOST``)."""
 
-    where: Callable
+    while_loop: Callable  # (cond, body, init) -> final state
+    cond: Callable  # (pred, true_fn, false_fn, operand): the score of an epoch that may not be validated
+    where: Callable  # (flag, a, b) on scalars
+    select: Callable  # (flag, new, old) on carries: the best carry
     logical_not: Callable
+    int: Callable
+    float: Callable
 
 
-JNP = Ops(jnp.where, jnp.logical_not)
-NP = Ops(np.where, np.logical_not)
+def _host_while(cond, body, state):
+    while cond(state):
+        state = body(state)
+    return state
 
 
-def decide(rule: Rule, e, on, score, best_score, bad, left, ops: Ops = JNP):
+def _either(flag, a, b):
+    return a if flag else b
+
+
+# one compiled program (vmappable); every selected carry is a ``jnp.where`` of the two
+COMPILED = Execution(jax.lax.while_loop, jax.lax.cond, jnp.where,
+                     lambda flag, new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(flag, a, b), new, old),
+                     jnp.logical_not, jnp.int32, jnp.float32)
+# Python scalars, a Python loop and branches: ``score`` runs exactly at the validated epochs, the best carry is kept
+# by reference
+HOST = Execution(_host_while, lambda flag, f, g, x: f(x) if flag else g(x), _either, _either, operator.not_,
+                 int, float)
+
+
+def decide(rule: Rule, e, on, score, best_score, bad, left, run: Execution = COMPILED):
     """The rule after epoch count ``e`` (validated when ``on``, with ``score``): returns (better, best_score,
     bad, left). ``better``: keep this epoch (a higher score, or the first validated epoch); it resets the patience
     only when higher by more than ``rule.min_delta`` (progress). ``left`` counts the grace epochs still to run (-1:
@@ -86,36 +110,24 @@ def decide(rule: Rule, e, on, score, best_score, bad, left, ops: Ops = JNP):
     first = (e == rule.first) | rule.keep_last
     better = on & ((score > best_score) | first)
     progress = on & ((score > best_score + rule.min_delta) | first)  # = better when min_delta is 0
-    best_score = ops.where(better, score, best_score)
-    bad = ops.where(progress, 0, ops.where(on, bad + max(rule.every, 1), bad))
-    fire = on & ops.logical_not(progress) & (bad >= rule.patience) & (e >= rule.min_epochs) & (not rule.keep_last)
-    left = ops.where(left > 0, left - 1, ops.where(fire, rule.grace, left))
+    best_score = run.where(better, score, best_score)
+    bad = run.where(progress, 0, run.where(on, bad + max(rule.every, 1), bad))
+    fire = on & run.logical_not(progress) & (bad >= rule.patience) & (e >= rule.min_epochs) & (not rule.keep_last)
+    left = run.where(left > 0, left - 1, run.where(fire, rule.grace, left))
     return better, best_score, bad, left
 
 
-@dataclasses.dataclass
-class HostStopping:
-    """``Rule`` on the host, epoch by epoch, for training loops that are not ``early_stopped_host``'s (the tree
-    ensembles' boosting rounds): ``update(e, value) -> (keep this checkpoint, stop training)``."""
+class Loop(NamedTuple):
+    """The loop's state."""
 
-    rule: Rule
-    best_value: float = -float("inf")
-    best_epoch: int = 0
-    bad: int = 0
-    left: int = -1
-
-    def validates(self, e: int) -> bool:
-        return bool(self.rule.validated(e))
-
-    def update(self, e: int, value: float, on: bool = True) -> tuple[bool, bool]:
-        """After epoch count ``e``: ``value`` its validation score (``on=False``: not validated, only the grace
-        epochs count down)."""
-        better, best, self.bad, self.left = decide(self.rule, e, np.bool_(on), value, self.best_value, self.bad,
-                                                   self.left, NP)
-        self.bad, self.left = int(self.bad), int(self.left)
-        if better:
-            self.best_value, self.best_epoch = float(best), e
-        return bool(better), self.left == 0
+    epochs: Any  # epochs trained
+    carry: Carry
+    key: Any
+    best: Carry  # ``keep`` of the best validated carry
+    best_score: Any
+    best_epoch: Any  # 0: the initial carry
+    bad: Any  # epochs since the last progress
+    left: Any  # grace epochs still to run (-1: not stopping; 0: stop)
 
 
 def split_key(key, epoch):
@@ -129,85 +141,39 @@ def fold_key(key, epoch):
     return key, jax.random.fold_in(key, epoch)
 
 
-def _select(flag, new, old):
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(flag, a, b), new, old)
-
-
 def early_stopped(epoch: Callable, score: Callable, carry: Carry, key, rule: Rule, next_key: Callable = split_key,
-                  keep: Callable = lambda carry: carry) -> tuple[Any, dict]:
-    """Train ``carry`` epoch by epoch in one ``lax.while_loop`` until ``rule`` stops it.
+                  keep: Callable = lambda carry: carry, run: Execution = COMPILED) -> tuple[Any, dict]:
+    """Train ``carry`` epoch by epoch until ``rule`` stops it, as one ``larun.while_loop`` (``run=COMPILED``) or a
+    Python loop over a jitted ``epoch`` (``run=HOST``).
 
     ``epoch(carry, key) -> (carry, loss)`` trains one epoch (the loss is not kept); ``score(carry) -> scalar``
-    rates it (higher is better);
-    ``keep(carry)`` is the part of the best carry to return (e.g. the parameters, not the optimizer state).
-    Returns (``keep`` of the best validated carry, info): ``epochs`` trained, ``best_score`` and ``best_epoch``
-    (0 = the initial carry).
+    rates it (higher is better), called only at validated epochs under ``HOST``; ``keep(carry)`` is the part of
+    the best carry to return (e.g. the parameters, not the optimizer state). Returns (``keep`` of the best
+    validated carry, info): ``epochs`` trained, ``best_score`` and ``best_epoch`` (0 = the initial carry).
     """
-    max_epochs = int(rule.max_epochs)
-
     def rate(carry):
-        return jnp.float32(0.0) if rule.keep_last else jnp.asarray(score(carry), jnp.float32)
+        return run.float(0.0) if rule.keep_last else run.float(score(carry))
 
-    def consider(e, carry, best, best_score, best_epoch, bad, left):
-        on = jnp.asarray(rule.validated(e))
+    def consider(s: Loop, on) -> Loop:
         if rule.validates_every_epoch:  # no branch: every epoch is scored
-            s = rate(carry)
-        else:  # score only validated epochs (vmapped, both branches run)
-            s = jax.lax.cond(on, rate, lambda c: jnp.float32(jnp.nan), carry)
-        better, best_score, bad, left = decide(rule, e, on, s, best_score, bad, left)
-        return _select(better, keep(carry), best), best_score, jnp.where(better, e, best_epoch), bad, left
+            value = rate(s.carry)
+        else:
+            value = run.cond(on, rate, lambda carry: run.float(float("nan")), s.carry)
+        better, best_score, bad, left = decide(rule, s.epochs, on, value, s.best_score, s.bad, s.left, run)
+        return s._replace(best=run.select(better, keep(s.carry), s.best), best_score=best_score,
+                          best_epoch=run.where(better, s.epochs, s.best_epoch), bad=bad, left=left)
 
-    state = (keep(carry), jnp.float32(-jnp.inf), jnp.int32(0), jnp.int32(0), jnp.int32(-1))
+    def cond(s: Loop):
+        return (s.epochs < rule.max_epochs) & (s.left != 0)
+
+    def body(s: Loop) -> Loop:
+        key, k_epoch = next_key(s.key, s.epochs)
+        carry, _ = epoch(s.carry, k_epoch)
+        s = s._replace(epochs=s.epochs + 1, carry=carry, key=key)
+        return consider(s, rule.validated(s.epochs))
+
+    s = Loop(run.int(0), carry, key, keep(carry), run.float(-float("inf")), run.int(0), run.int(0), run.int(-1))
     if rule.initial:
-        state = consider(jnp.int32(0), carry, *state)
-
-    def cond(loop):
-        e, left = loop[0], loop[-1]
-        return (e < max_epochs) & (left != 0)
-
-    def body(loop):
-        e, carry, key, *state = loop
-        key, k_epoch = next_key(key, e)
-        carry, _ = epoch(carry, k_epoch)
-        return (e + 1, carry, key, *consider(e + 1, carry, *state))
-
-    e, _, _, best, best_score, best_epoch, _, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), carry, key, *state))
-    return best, {"epochs": e, "best_score": best_score, "best_epoch": best_epoch}
-
-
-def early_stopped_host(epoch: Callable, score: Callable, carry: Carry, key, rule: Rule,
-                       next_key: Callable = fold_key, keep: Callable = lambda carry: carry, progress=None
-                       ) -> tuple[Any, dict]:
-    """``early_stopped`` driven from Python: ``epoch(carry, key) -> (carry, loss)`` is a jitted function and
-    ``score(carry)`` a host function called exactly at the validated epochs (``HostStopping``'s rule).
-
-    Returns (``keep`` of the best validated carry, info): ``epochs``, ``best_score`` (0.0 when ``keep_last``),
-    ``best_epoch``, ``losses`` (every epoch's mean training loss) and ``scores`` (every validated epoch's score).
-    ``progress`` (e.g. a tqdm bar) is updated once per epoch.
-    """
-    stopping = HostStopping(rule)
-    best = keep(carry)
-    losses, scores = [], []
-    if rule.initial:
-        s = 0.0 if rule.keep_last else float(score(carry))
-        scores += [] if rule.keep_last else [s]
-        stopping.update(0, s)
-    e = 0
-    while e < rule.max_epochs and stopping.left != 0:
-        key, k_epoch = next_key(key, e)
-        carry, loss = epoch(carry, k_epoch)
-        e += 1
-        losses.append(float(loss))
-        if progress is not None:
-            progress.update(1)
-        if not stopping.validates(e):
-            stopping.update(e, float("nan"), on=False)
-            continue
-        s = 0.0 if rule.keep_last else float(score(carry))
-        if not rule.keep_last:
-            scores.append(s)
-        better, _ = stopping.update(e, s)
-        if better:
-            best = keep(carry)
-    return best, {"epochs": e, "best_score": 0.0 if rule.keep_last else stopping.best_value,
-                  "best_epoch": stopping.best_epoch, "losses": losses, "scores": scores}
+        s = consider(s, True)
+    s = run.while_loop(cond, body, s)
+    return s.best, {"epochs": s.epochs, "best_score": s.best_score, "best_epoch": s.best_epoch}

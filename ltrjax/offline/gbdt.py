@@ -20,8 +20,9 @@ Both are multiplied by the number of lists, i.e. the loss is a sum over lists (L
 rather than a mean over sessions; the Newton step -sum g / sum h of a leaf does not change, LightGBM's
 absolute thresholds (``min_sum_hessian_in_leaf``) do.
 
-Model selection is the offline protocol's (``train.fit``): one boosting round is one epoch, the validator's
-NDCG@10 on the validation lists is computed every round (from LightGBM's incremental validation scores, a
+Model selection is the offline protocol's (``train.fit``), in the same fit loop (``ltrjax.models.fit_loop``, run on
+the host): one boosting round (``Booster.update``, as ``lgb.train`` runs it) is one epoch, the validator's NDCG@10
+on the validation lists is computed at the validated rounds (from LightGBM's incremental validation scores, a
 custom eval), the best round is kept and training stops after ``patience`` rounds without a better one, or at
 ``max_epochs`` rounds. The selected ensemble becomes a pytree of arrays (``tree_arrays``) scored in JAX
 (``tree_scores``), so evaluation, saving and loading treat it as any other ranker's parameters.
@@ -180,8 +181,8 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
     """
     import lightgbm as lgb
 
+    from ltrjax.models import fit_loop
     from ltrjax.offline.evaluate import mean_ndcg
-    from ltrjax.models.fit_loop import HostStopping, Rule
     from ltrjax.offline.train import FitResult
 
     del progress, desc
@@ -190,46 +191,42 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
     objective = make_objective(estimator, data, state)
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
     opts = {**GBDT_DEFAULTS, **dict(options)}
-    lgb_params = {**opts, "objective": objective, "metric": "None", "verbosity": -1, "seed": seed,
-                  "deterministic": True, "force_col_wise": True}
+    max_rounds = max(cfg.max_epochs, cfg.min_epochs)
+    # what ``lgb.train`` runs for a custom objective: datasets built with every parameter, ``update(fobj=...)``
+    lgb_params = {**opts, "objective": "none", "metric": "None", "verbosity": -1, "seed": seed,
+                  "deterministic": True, "force_col_wise": True, "num_iterations": max_rounds}
+    t0 = time.perf_counter()
     train = lgb.Dataset(_rows(data.features, mask), label=np.zeros(int(mask.sum())), free_raw_data=False,
-                        params={"max_bin": opts["max_bin"], "verbosity": -1})
+                        params={"max_bin": opts["max_bin"], **lgb_params})
+    booster = lgb.Booster(params=lgb_params, train_set=train)
     history = {"loss": [], "vali": [], "n_batches": 1, "epochs": 0}
-    valid_sets, feval = [], None
     if validate is not None:
         buckets = validate.buckets
         sizes = np.cumsum([0] + [int(np.asarray(b.mask).sum()) for b in buckets])
-        valid_sets = [lgb.Dataset(np.concatenate([_rows(b.features, b.mask) for b in buckets]),
-                                  label=np.zeros(sizes[-1]), reference=train)]
+        booster.add_valid(lgb.Dataset(np.concatenate([_rows(b.features, b.mask) for b in buckets]),
+                                      label=np.zeros(sizes[-1]), reference=train, params=lgb_params), "valid_0")
 
-        def feval(preds, _):  # the validator's NDCG@k, from LightGBM's running validation scores
-            scores = []
-            for b, lo, hi in zip(buckets, sizes[:-1], sizes[1:]):
-                s = np.zeros(np.asarray(b.mask).shape, np.float32)
-                s[np.asarray(b.mask)] = preds[lo:hi]
-                scores.append(jnp.asarray(s))
-            return f"ndcg@{validate.k}", mean_ndcg(scores, buckets, validate.k), True
+    def feval(preds, _):  # the validator's NDCG@k, from LightGBM's running validation scores
+        scores = []
+        for b, lo, hi in zip(buckets, sizes[:-1], sizes[1:]):
+            s = np.zeros(np.asarray(b.mask).shape, np.float32)
+            s[np.asarray(b.mask)] = preds[lo:hi]
+            scores.append(jnp.asarray(s))
+        return f"ndcg@{validate.k}", mean_ndcg(scores, buckets, validate.k), True
 
-    max_rounds = max(cfg.max_epochs, cfg.min_epochs)
-    stopping = HostStopping(Rule(first=cfg.min_epochs, every=max(cfg.eval_every, 1), patience=cfg.patience,
-                                 min_epochs=cfg.min_epochs, max_epochs=max_rounds), best_epoch=max_rounds)
+    def boost(rounds, key):  # one boosting round is one epoch; the carry is the number of rounds
+        booster.update(fobj=objective)
+        return rounds + 1, None
 
-    def select(env):  # the fit loop's checkpoint selection and early stopping (models/fit_loop), a round = an epoch
-        r = env.iteration + 1
-        history["epochs"] = r
-        if not env.evaluation_result_list or not stopping.validates(r):
-            return
-        v = env.evaluation_result_list[0][2]
-        history["vali"].append(v)
-        if stopping.update(r, v)[1]:
-            raise lgb.callback.EarlyStopException(stopping.best_epoch - 1,
-                                                  [("valid_0", "ndcg", stopping.best_value, True)])
+    def score(rounds):
+        history["vali"].append(booster.eval_valid(feval)[0][2])
+        return history["vali"][-1]
 
-    t0 = time.perf_counter()
-    booster = lgb.train(lgb_params, train, num_boost_round=max_rounds, valid_sets=valid_sets, feval=feval,
-                        callbacks=[select])
-    if validate is None:
-        stopping.best_value, stopping.best_epoch = 0.0, history["epochs"]
-    params = {"trees": tree_arrays(booster, stopping.best_epoch, max_rounds, int(opts["num_leaves"]))}
-    history.update(best_vali=stopping.best_value, best_epoch=stopping.best_epoch, seconds=time.perf_counter() - t0)
+    rule = fit_loop.Rule(first=cfg.min_epochs, every=max(cfg.eval_every, 1), patience=cfg.patience,
+                         min_epochs=cfg.min_epochs, max_epochs=max_rounds, keep_last=validate is None)
+    best, info = fit_loop.early_stopped(boost, score, 0, key, rule, next_key=lambda key, e: (key, key),
+                                        run=fit_loop.HOST)
+    params = {"trees": tree_arrays(booster, best, max_rounds, int(opts["num_leaves"]))}
+    history["epochs"] = info["epochs"]
+    history.update(best_vali=info["best_score"], best_epoch=best, seconds=time.perf_counter() - t0)
     return FitResult(params=params, state=state, history=history)

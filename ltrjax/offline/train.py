@@ -3,7 +3,7 @@
 An epoch is one jitted function: a random permutation of the training rows (logged or labeled
 queries) is cut into minibatches and ``lax.scan`` runs the optimizer over them; padded batch
 rows are zeroed so they contribute nothing. The epochs run in the fit loop the online retraining
-shares (``ltrjax.models.fit_loop``), driven from the host (``early_stopped_host``) because the validation
+shares (``ltrjax.models.fit_loop``), run on the host (``fit_loop.HOST``) because the validation
 metric (NDCG of the evaluator) is computed there; it keeps the best parameters (early stopping with
 ``patience``; ``Estimator.min_steps`` delays stopping, e.g. for Vectorization's freeze and joint
 phases; ``Estimator.select_from`` is the step from which validation may already select a checkpoint).
@@ -139,16 +139,25 @@ def fit(estimator: Estimator, data, key, n_features: int, cfg: TrainConfig,
         bar = tqdm(total=max_epochs, desc=desc or estimator.name, leave=False, disable=None)  # off on non-TTY output
     t0 = time.perf_counter()
 
+    losses, scores = [], []  # the host's history: every epoch's mean training loss, every validation's score
+
     def run_epoch(carry, k):
         params, opt_state, state, loss = epoch(*carry, k, data)
+        losses.append(float(loss))
+        if bar is not None:
+            bar.update(1)
         return (params, opt_state, state), loss
 
-    best, info = fit_loop.early_stopped_host(run_epoch, lambda carry: validate(carry[0], carry[2]),
-                                             (params, opt_state, state), key, rule,
-                                             keep=lambda carry: (carry[0], carry[2]), progress=bar)
+    def score(carry):
+        scores.append(float(validate(carry[0], carry[2])))
+        return scores[-1]
+
+    best, info = fit_loop.early_stopped(run_epoch, score, (params, opt_state, state), key, rule,
+                                        next_key=fit_loop.fold_key, keep=lambda carry: (carry[0], carry[2]),
+                                        run=fit_loop.HOST)
     if bar is not None:
         bar.close()
-    history = {"loss": info["losses"], "vali": info["scores"], "n_batches": n_batches,
+    history = {"loss": losses, "vali": scores, "n_batches": n_batches,
                "best_vali": info["best_score"], "best_epoch": info["best_epoch"], "epochs": info["epochs"],
                "steps": info["epochs"] * n_batches, "best_step": info["best_epoch"] * n_batches,
                "schedule": schedule(rule, n_batches), "seconds": time.perf_counter() - t0}
