@@ -143,7 +143,7 @@ def fold_key(key, epoch):
 
 def early_stopped(epoch: Callable, score: Callable, carry: Carry, key, rule: Rule, next_key: Callable = split_key,
                   keep: Callable = lambda carry: carry, run: Execution = COMPILED) -> tuple[Any, dict]:
-    """Train ``carry`` epoch by epoch until ``rule`` stops it, as one ``larun.while_loop`` (``run=COMPILED``) or a
+    """Train ``carry`` epoch by epoch until ``rule`` stops it, as one ``lax.while_loop`` (``run=COMPILED``) or a
     Python loop over a jitted ``epoch`` (``run=HOST``).
 
     ``epoch(carry, key) -> (carry, loss)`` trains one epoch (the loss is not kept); ``score(carry) -> scalar``
