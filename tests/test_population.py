@@ -329,19 +329,6 @@ def test_block_alpha_is_bit_identical_alone_and_in_any_population(sim, hidden):
     np.testing.assert_allclose(solo[3], plain, rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("limit", [None, 0])
-def test_members_first_is_the_transpose(monkeypatch, limit):
-    """``members_first`` (the gather that puts a block's members first) gives exactly ``moveaxis``'s values, through
-    the gather and through the transpose it falls back to above ``GATHER_INDEX_LIMIT``."""
-    from ltrjax.online.policies import ebrank
-
-    if limit is not None:
-        monkeypatch.setattr(ebrank, "GATHER_INDEX_LIMIT", limit)
-    x = jnp.asarray(np.random.RandomState(0).randn(3, 5, 7, 8).astype(np.float32))
-    got = jax.jit(ebrank.members_first)(x)
-    np.testing.assert_array_equal(got, np.moveaxis(np.asarray(x), -1, 1).reshape(24, 5, 7))
-
-
 def test_evaluation_reuses_the_segment_prior(sim):
     """Evaluation from the segment's entry-order alpha (``population_segment``'s third output,
     ``scores_from_prepared``) equals recomputing it from the parameters (``test_scores``), bit for bit."""

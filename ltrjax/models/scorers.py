@@ -48,11 +48,6 @@ class BetaPrior(nn.Module):
     alpha_min: float = 1e-4
 
     @nn.compact
-    def __call__(self, x, apply_link: bool = True):
-        """alpha of ``x`` ``[..., F]``; ``apply_link=False``: the logits f_theta(x) before the link (``link``)."""
+    def __call__(self, x):
         logits = MLPScorer(hidden=self.hidden, kernel_high=20.0 / max(self.n_features, 1), bias_init=0.01)(x)
-        return self.link(logits) if apply_link else logits
-
-    def link(self, logits):
-        """alpha = softplus(logits) + alpha_min (elementwise)."""
         return jax.nn.softplus(logits) + self.alpha_min

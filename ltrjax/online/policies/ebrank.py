@@ -42,10 +42,8 @@ STATISTICS = ("exposure", "ips")
 DEFAULT_FIT = {"optimizer": "adam", "learning_rate": 0.01, "batch_size": 256, "max_epochs": 300}
 # Members per prior-alpha product: a population's members are padded to a multiple of this and each block of
 # MEMBER_BLOCK priors is one matrix product over the features ([cells, F] x [F, MEMBER_BLOCK]), a single member
-# too, so a member's alpha rounds the same alone and at any position of any population (tests/test_population.py).
+# too, so a member's alpha rounds the same alone and at any position of any population (tests/test_ebrank.py).
 MEMBER_BLOCK = 8
-# ``members_first`` gathers with int32 indices; a larger array is transposed instead (same values)
-GATHER_INDEX_LIMIT = 2 ** 31
 
 
 def beta_statistics(statistic: str, clicks, ips_clicks, impressions, exposure):
@@ -171,37 +169,17 @@ def prior_nll_betaln(alpha, beta, c, n, clamp: float):
     return betaln(alpha, beta) - betaln(c + alpha, posterior_b(beta, c, n, clamp))
 
 
-def members_first(x: jax.Array) -> jax.Array:
-    """``x`` ``[K, ..., B]`` (``K`` blocks of ``B`` members, the members minor: a GEMM's output) as
-    ``[K * B, ...]``: a gather of the flattened array at iota-computed indices (exact, a copy). XLA fuses it into
-    its consumer as a read at ``(block * cells + cell) * B + member``; with the ``transpose`` fused there instead,
-    XLA's CPU loop took about 1.8x as long (docs/performance.md, "EBRank's prior for a whole population")."""
-    blocks, *lead, width = x.shape
-    cells = int(np.prod(lead, dtype=np.int64))
-    if x.size >= GATHER_INDEX_LIMIT:
-        return jnp.moveaxis(x, -1, 1).reshape((blocks * width, *lead))
-    iota = lambda axis: jax.lax.broadcasted_iota(jnp.int32, (blocks, width, cells), axis)  # noqa: E731
-    idx = (iota(0) * cells + iota(2)) * width + iota(1)
-    return x.reshape(-1).at[idx].get(mode="promise_in_bounds", unique_indices=True).reshape((blocks * width, *lead))
-
-
 def block_alpha(model, priors, features: jax.Array, block: int = MEMBER_BLOCK) -> jax.Array:
     """alpha ``[P, *features.shape[:-1]]`` of ``P`` stacked priors (leading member axis) over one shared feature
     array ``[..., F]`` (Eq. 14's prior f_theta): the members, padded with copies of the last one to a multiple of
-    ``block``, go ``block`` at a time through one product over the features (``vmap`` of the prior's logits over
-    the block with the features unbatched: a single GEMM), so the features are read once per block instead of per
-    member. The link (softplus) then runs over the real members only, each member's documents in a row: a linear
-    prior's GEMM output ``[..., block]`` has the members minor and goes through ``members_first``; an MLP's last
-    layer is a batched product whose output has them major already."""
+    ``block``, go ``block`` at a time through one product over the features (``vmap`` of the prior over the block
+    with the features unbatched: a single GEMM), so the features are read once per block instead of per member."""
     n = jax.tree_util.tree_leaves(priors)[0].shape[0]
     pad = (-n) % block
     blocks = jax.tree_util.tree_map(
         lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]).reshape((-1, block) + a.shape[1:]), priors)
-    minor = not model.hidden
-    logits = jax.lax.map(lambda b: jax.vmap(lambda p: model.apply(p, features, apply_link=False),
-                                            out_axes=-1 if minor else 0)(b), blocks)
-    logits = members_first(logits) if minor else logits.reshape((-1,) + logits.shape[2:])
-    return model.link(logits[:n])
+    out = jax.lax.map(lambda b: jax.vmap(lambda p: model.apply(p, features))(b), blocks)
+    return out.reshape((-1,) + out.shape[2:])[:n]
 
 
 @struct.dataclass
