@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
         t_run = time.perf_counter() - tic
     warm, main_ = sim.session_counts()
     occupancy = sim.doc_slot_occupancy(policy, [trial_key(cfg, 0)])  # the run's plans again (deterministic)
-    sharing = prepare_sharing(policy, data, members=7, repeats=1 if args.smoke else 3)
+    sharing = prepare_sharing(policy, data, members=7)
     timings = {k: float(v) for k, v in result.timings.items()}
     split = {k: timings.get(k, 0.0) for k in ("simulate", "train", "evaluate")}
     out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_,

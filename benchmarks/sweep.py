@@ -142,7 +142,7 @@ def main(argv=None) -> dict:
     values = np.asarray([v for d in diffs.values() for v in d], np.float64)
 
     occupancy = sim.doc_slot_occupancy(policy, keys)  # the population's plans again (deterministic)
-    sharing = prepare_sharing(policy, data, members=7, repeats=1 if args.smoke else 3)
+    sharing = prepare_sharing(policy, data, members=7)
     pop_excl = minus(population_seconds, pop_compile.seconds)
     serial_excl = minus(serial_seconds, serial_compile.seconds)
     out = {
