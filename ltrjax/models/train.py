@@ -268,13 +268,14 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     stack = lambda ds: {k: np.stack([d[k] for d in ds]) for k in ds[0]}  # noqa: E731
     train = stack([pad_examples(t, cfg.batch_size, train_size) for t in trains])
     val = stack([pad_examples(v, cfg.batch_size, val_size) for v in vals])
-    new, info = member_fit.batched(params, train, val, keys)
+    new, info = jax.device_get(member_fit.batched(params, train, val, keys))
     trained = np.asarray(n_train) >= cfg.min_examples
-    keep = jnp.asarray(trained)
-    new = jax.tree_util.tree_map(lambda a, b: jnp.where(keep.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, params)
-    finite = np.asarray(jax.tree_util.tree_reduce(
-        lambda acc, a: acc & jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1),
-        jax.tree_util.tree_leaves(new), jnp.ones(len(trains), bool)))
+    # on the host: the parameters are small, and each eager jnp op would be a program to compile
+    new = jax.tree_util.tree_map(lambda a, b: np.where(trained.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new,
+                                 jax.device_get(params))
+    finite = np.ones(len(trains), bool)
+    for a in jax.tree_util.tree_leaves(new):
+        finite &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
     if not finite.all():
         raise FloatingPointError(f"{name}: parameters of members {np.flatnonzero(~finite).tolist()} became "
                                  "non-finite after training")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import operator
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -39,13 +38,14 @@ from ltrjax.constraints import (ConfigError, Each, Length, NonNegativeInt, OneOf
                                 Range, check_fields, strict_fields)
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TEST
+from ltrjax.online import host_random
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
                                     padded_steps, update_points, width_ladder)
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
-                                 init_bucket_state)
+                                 init_bucket_state_host)
 
 log = logging.getLogger("ltrjax")
 
@@ -230,8 +230,9 @@ def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
     return lanes
 
 
-def trial_keys(key: jax.Array) -> TrialKeys:
-    return TrialKeys(*jax.random.split(key, 5))
+def trial_keys(key) -> TrialKeys:
+    """The trial's keys, ``jax.random.split(key, 5)`` computed on the host (raw ``uint32[2]`` NumPy keys)."""
+    return TrialKeys(*host_random.split(key, 5))
 
 
 def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_rows: int, top_k: int) -> np.ndarray:
@@ -240,7 +241,7 @@ def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_ro
     Drawn in bulk on the host with NumPy's PCG64, seeded from the trial key and the first session
     index (threefry costs ~60 ns per number on a CPU; this ~1 ns). Shared verbatim with the reference.
     """
-    words = np.asarray(jax.random.key_data(run_key), np.uint32).ravel().tolist()
+    words = host_random.key_words(run_key).ravel().tolist()
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words + [int(first_session)])))
     return rng.random((n_sessions, n_rows, top_k), dtype=np.float32)
 
@@ -261,7 +262,17 @@ def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
     return max(1, int(round(data.n_queries * max(mean_docs - 5.0, 1.0) / entry_prob)))
 
 
-_init_bucket_state = jax.jit(init_bucket_state, static_argnums=2)
+@jax.jit
+def _take_members(tree, index):
+    """Every leaf's rows ``index`` (the members' copies of their trials' states), one program for the whole tree."""
+    return jax.tree_util.tree_map(lambda a: a[index], tree)
+
+
+@jax.jit
+def _dataset_order_views(states):
+    """Per bucket, every member's counters and entered mask in dataset order (a retrain's inputs), one program."""
+    return (tuple(jax.vmap(counters_in_dataset_order)(s) for s in states),
+            tuple(jax.vmap(entered_mask)(s) for s in states))
 
 
 def resolve_hyper(policy: Policy, hyper) -> Any:
@@ -285,7 +296,7 @@ def resolve_hypers(policy: Policy, hypers: Sequence | None, n_members: int) -> l
 
 
 def _key_id(key: jax.Array) -> tuple[int, ...]:
-    return tuple(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    return tuple(host_random.key_words(key).ravel().tolist())
 
 
 def group_trials(keys: Sequence[jax.Array]) -> tuple[np.ndarray, list[TrialKeys]]:
@@ -308,15 +319,16 @@ def pad_to_devices(keys: list, hypers: list, n_devices: int) -> tuple[list, list
     return keys, hypers
 
 
-def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> jax.Array:
-    """[M] keys: every member's ``field`` key of its trial (``TrialKeys``) folded with ``data`` in turn."""
+def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> np.ndarray:
+    """[M] keys: every member's ``field`` key of its trial (``TrialKeys``) folded with ``data`` in turn
+    (``jax.random.fold_in`` computed on the host: ``host_random``)."""
     keys = []
     for t in trial_of:
         key = getattr(trials[t], field)
         for d in data:
-            key = jax.random.fold_in(key, d)
+            key = host_random.fold_in(key, d)
         keys.append(key)
-    return jnp.stack(keys)
+    return np.stack(keys)
 
 
 @dataclasses.dataclass
@@ -462,7 +474,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ plans and draws
     def init_states(self, key: jax.Array) -> list[BucketState]:
-        return [_init_bucket_state(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
+        """Every bucket's initial state (``state.init_bucket_state``, computed on the host: NumPy arrays)."""
+        return [init_bucket_state_host(host_random.fold_in(key, b), bucket, self.config.initial_docs)
                 for b, bucket in enumerate(self.data.buckets)]
 
     def session_counts(self) -> tuple[int, int]:
@@ -475,7 +488,7 @@ class Simulator:
         """Warm-up and main session draws of a trial."""
         cfg = self.config
         n_warm, n_main = self.session_counts()
-        k_warm, k_main = jax.random.split(key)
+        k_warm, k_main = host_random.split(key)
         warm = draw_sessions(k_warm, n_warm, self.data.n_queries, 0.0, first_session=0)
         main = draw_sessions(k_main, n_main, self.data.n_queries, cfg.entry_prob, first_session=n_warm)
         return warm, main
@@ -625,7 +638,7 @@ class Simulator:
     def aux_bytes(self, policy: Policy) -> int:
         """The bytes of one member's ``prepare`` output over every bucket (shapes only: ``jax.eval_shape``, nothing
         is computed). A population keeps one per member (stacked, in entry order), so it counts per member."""
-        params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.random.key(0))
+        params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.ShapeDtypeStruct((2,), jnp.uint32))
         total = 0
         for bucket in self.data.buckets:
             aux = jax.eval_shape(lambda p, b=bucket: policy.prepare(p, b, DocCounters.zeros(b.labels.shape)), params)
@@ -866,7 +879,7 @@ class Simulator:
             jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
         return PreparedSegment(schedules=self._shard(schedules),
-                               keys=self._shard(jnp.stack([run_keys[t] for t in trial_of])),
+                               keys=self._shard(np.stack([host_random.key_words(run_keys[t]) for t in trial_of])),
                                targets=[targets for _, targets in per_trial], n_sessions=len(draws[0]),
                                trial_of=trial_of, widths=widths, bounds=bounds)
 
@@ -940,8 +953,7 @@ class Simulator:
                        for m in ("warm", "cold")} for i, name in enumerate(SPLITS)}
 
     def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
-        counters = tuple(jax.device_get(jax.vmap(counters_in_dataset_order)(s)) for s in states)
-        entered = tuple(np.asarray(jax.vmap(entered_mask)(s)) for s in states)
+        counters, entered = jax.device_get(_dataset_order_views(tuple(states)))
         return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
     def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool
@@ -985,7 +997,8 @@ class Simulator:
             _, initial = self._run_segments(warm_policy, warm_params, warm_hyper, initial, [warmups],
                                             [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
                                             [self.reachable_widths(warmups)])
-        states = [jax.tree_util.tree_map(operator.itemgetter(trial_of), s) for s in initial]
+        # one copy per member: one program for every bucket (nothing to copy when every member is its own trial)
+        states = list(initial) if np.array_equal(trial_of, np.arange(len(trials))) else _take_members(initial, trial_of)
         timings["simulate"] += time.perf_counter() - tic
         return states
 
