@@ -14,6 +14,7 @@ import math
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,15 +240,30 @@ def ratio(a, b):
 
 
 # --------------------------------------------------------------------------- timing
+_PREPARE_PROGRAMS = weakref.WeakKeyDictionary()  # per policy: {id(data): its jitted prepare over every bucket}
+
+
+def prepare_program(policy, data):
+    """``policy.prepare_population`` over every bucket of ``data``, jitted once per (policy, data): a function made
+    anew per call would be traced and compiled (or looked up in the persistent cache) again every time."""
+    import jax
+
+    programs = _PREPARE_PROGRAMS.setdefault(policy, {})
+    if id(data) not in programs:
+        programs[id(data)] = (data, jax.jit(lambda p: [policy.prepare_population(p, b, None) for b in data.buckets]))
+    return programs[id(data)][1]
+
+
 def prepare_seconds(policy, data, members: int, repeats: int = 3) -> float:
     """Best-of-``repeats`` wall seconds of the per-segment ``prepare`` of ``members`` members over every bucket
     (``policy.prepare_population``, compiled first): EBRank's prior alpha, in member blocks."""
     import jax
 
+    from ltrjax.online.host_random import prng_key
     from ltrjax.online.policies.base import stack_members
 
-    params = stack_members([policy.init(jax.random.PRNGKey(i), data) for i in range(members)])
-    fn = jax.jit(lambda p: [policy.prepare_population(p, b, None) for b in data.buckets])
+    params = stack_members([policy.init(prng_key(i), data) for i in range(members)])
+    fn = prepare_program(policy, data)
     jax.block_until_ready(fn(params))
     best = float("inf")
     for _ in range(max(1, repeats)):

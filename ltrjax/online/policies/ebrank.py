@@ -211,10 +211,12 @@ class EBRank(Policy):
         self.model = BetaPrior(hidden=tuple(hidden), n_features=data.n_features)
         self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit = MemberFit(self._loss, self.fit_config)
+        # one program (eager, flax's init compiles one per operation it runs)
+        self._init_prior = jax.jit(lambda key: self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32)))
 
     # -- model
     def init(self, key, data: PaddedDataset):
-        return {"prior": self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))}
+        return {"prior": self._init_prior(key)}
 
     def default_hyper(self):
         return EBRankHyper(epsilon=jnp.float32(self.epsilon))
