@@ -220,8 +220,12 @@ class MemberFit:
         self.cfg = cfg
         self.fit = make_fit(loss_fn, cfg, shuffle)
         batch = max(int(cfg.member_batch), 1)
-        self.batched = jax.jit(lambda params, train, val, keys: jax.lax.map(
-            lambda args: self.fit(*args), (params, train, val, keys), batch_size=None if batch == 1 else batch))
+
+        def member_fits(params, train, val, keys):  # named: compile logs and CompileMeter.programs show it
+            return jax.lax.map(lambda args: self.fit(*args), (params, train, val, keys),
+                               batch_size=None if batch == 1 else batch)
+
+        self.batched = jax.jit(member_fits)
 
 
 def _length(d: Mapping[str, np.ndarray]) -> int:

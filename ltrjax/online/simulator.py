@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NamedTuple
 
@@ -375,6 +376,12 @@ class MainPhase:
     per_query: dict | None = None
 
 
+def per_bucket(fn: Callable, protocol, params, *per_bucket_args):
+    """``fn(protocol, params, *args)`` for every bucket, ``per_bucket_args`` tuples over the buckets: one program
+    evaluates them all (a program per bucket shape would be compiled, and traced, once each)."""
+    return tuple(fn(protocol, params, *args) for args in zip(*per_bucket_args))
+
+
 def compiled(policy: Policy) -> dict[str, Callable]:
     """The policy's population programs (segment, evaluation, refresh), built once per policy object and
     kept on it, so they are freed with the policy. Shapes (members, buckets, lanes) are traced arguments:
@@ -389,8 +396,11 @@ def compiled(policy: Policy) -> dict[str, Callable]:
             "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
             "class_segment": jax.jit(functools.partial(step_lib.population_class_segment, policy), donate_argnums=3,
                                      static_argnames=("widths",)),
-            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0))),
-            "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0))),
+            # every bucket in one program (tuples over the buckets: states, buckets, gains, idcg, [rows,] aux)
+            "evaluate": jax.jit(functools.partial(
+                per_bucket, jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0)))),
+            "evaluate_rows": jax.jit(functools.partial(
+                per_bucket, jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0)))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
         }
         policy.__dict__["_ltrjax_programs"] = programs
@@ -470,11 +480,17 @@ class Simulator:
         self._lanes: dict[str, tuple[int, ...]] = {}  # per phase: lanes per bucket (``plan``)
         self._widths: dict[int, list[tuple[int, ...]]] = {}  # per segment count: widths (``segment_widths``)
         self._width_shapes: set[tuple[int, ...]] = set()
+        self._aux_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per policy (``aux_bytes``)
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
 
     # ------------------------------------------------------------------ plans and draws
     def init_states(self, key: jax.Array) -> list[BucketState]:
-        """Every bucket's initial state (``state.init_bucket_state``, computed on the host: NumPy arrays)."""
+        """Every bucket's initial state (``state.init_bucket_state``), on the device."""
+        return jax.device_put(self.host_init_states(key))
+
+    def host_init_states(self, key: jax.Array) -> list[BucketState]:
+        """``init_states`` computed on the host with NumPy (``state.init_bucket_state_host``: the same arrays, and
+        no program per bucket shape to compile); the simulator stacks and uploads them per population."""
         return [init_bucket_state_host(host_random.fold_in(key, b), bucket, self.config.initial_docs)
                 for b, bucket in enumerate(self.data.buckets)]
 
@@ -637,12 +653,17 @@ class Simulator:
     # ------------------------------------------------------------------ memory
     def aux_bytes(self, policy: Policy) -> int:
         """The bytes of one member's ``prepare`` output over every bucket (shapes only: ``jax.eval_shape``, nothing
-        is computed). A population keeps one per member (stacked, in entry order), so it counts per member."""
+        is computed). A population keeps one per member (stacked, in entry order), so it counts per member. Kept per
+        policy: tracing ``prepare`` over every bucket again for every population would cost seconds."""
+        known = self._aux_bytes.get(policy)
+        if known is not None:
+            return known
         params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.ShapeDtypeStruct((2,), jnp.uint32))
         total = 0
         for bucket in self.data.buckets:
             aux = jax.eval_shape(lambda p, b=bucket: policy.prepare(p, b, DocCounters.zeros(b.labels.shape)), params)
             total += sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(aux))
+        self._aux_bytes[policy] = total
         return total
 
     def member_bytes(self, policy: Policy | None = None) -> int:
@@ -737,7 +758,7 @@ class Simulator:
         points, _, segments, plans = self.main_segments(mains, n_main)
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
-        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
+        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
         _, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
                                        trial_of, self.segment_widths(mains, points))
@@ -855,7 +876,7 @@ class Simulator:
         all_plans, all_entered, all_widths = [], [], []
         for t, trial in enumerate(trials):
             initial = np.zeros(self.data.n_queries, np.int64)
-            for b, state in zip(self.data.buckets, self.init_states(trial.init)):
+            for b, state in zip(self.data.buckets, self.host_init_states(trial.init)):
                 initial[np.asarray(b.query_index)] = np.asarray(state.n_entered)[:-1]
             entered = entered_counts(mains[t].slice(0, n_main), initial, n_docs)
             for s in range(len(points)):
@@ -928,22 +949,19 @@ class Simulator:
         for these ``params`` (``_launch``), reused instead of recomputed (None: recomputed)."""
         n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
         out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
-        launched = []  # every bucket is dispatched before the first result is waited for
-        for b, bucket in enumerate(self.data.buckets):
-            query = np.asarray(bucket.query_index)
-            aux = None if prepared is None else prepared[b]
-            if test_only:
-                rows = self.test_rows[b]
-                if not len(rows):
-                    continue
-                launched.append((query[rows], compiled(policy)["evaluate_rows"](
-                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows, aux)))
-            else:
-                launched.append((query, compiled(policy)["evaluate"](self.protocol, params, states[b], bucket,
-                                                                     self.gains[b], self.idcg[b], aux)))
-        for query, (warm, cold) in launched:
-            out["warm"][:, query] = np.asarray(warm)
-            out["cold"][:, query] = np.asarray(cold)
+        picked = [b for b in range(len(self.data.buckets)) if not test_only or len(self.test_rows[b])]
+        pick = lambda xs: tuple(xs[b] for b in picked)  # noqa: E731
+        aux = (None,) * len(picked) if prepared is None else pick(prepared)
+        args = (self.protocol, params, pick(states), pick(self.data.buckets), pick(self.gains), pick(self.idcg))
+        if test_only:  # one program for every bucket
+            results = compiled(policy)["evaluate_rows"](*args, pick(self.test_rows), aux)
+        else:
+            results = compiled(policy)["evaluate"](*args, aux)
+        for b, (warm, cold) in zip(picked, jax.device_get(results)):
+            query = np.asarray(self.data.buckets[b].query_index)
+            query = query[self.test_rows[b]] if test_only else query
+            out["warm"][:, query] = warm
+            out["cold"][:, query] = cold
         return out
 
     def split_means(self, per_query: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
@@ -986,7 +1004,7 @@ class Simulator:
 
     def _warm_up(self, trials: list[TrialKeys], trial_of: np.ndarray, draws: list, timings: dict) -> list:
         """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member."""
-        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]  # [T] per bucket
+        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init) for t in trials))]  # [T] per bucket
         tic = time.perf_counter()
         warm_policy = self.warmup_policy
         if warm_policy is not None and len(draws[0][0]):

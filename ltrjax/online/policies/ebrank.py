@@ -211,8 +211,11 @@ class EBRank(Policy):
         self.model = BetaPrior(hidden=tuple(hidden), n_features=data.n_features)
         self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit = MemberFit(self._loss, self.fit_config)
-        # one program (eager, flax's init compiles one per operation it runs)
-        self._init_prior = jax.jit(lambda key: self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32)))
+
+        def init_prior(key):  # one program (eager, flax's init compiles one per operation it runs)
+            return self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))
+
+        self._init_prior = jax.jit(init_prior)
 
     # -- model
     def init(self, key, data: PaddedDataset):
