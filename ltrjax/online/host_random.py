@@ -3,9 +3,9 @@
 The simulator's host path draws session plans, initial entry orders and per-member keys once per trial. Done with
 ``jax.random`` eagerly, every distinct shape is an XLA program, and threefry programs are slow to compile on a CPU
 (``init_bucket_state`` alone was about a fifth of a cold end-to-end run's compile seconds, a program per bucket).
-These functions compute the same numbers in NumPy: raw ``uint32[2]`` keys in, NumPy arrays out, equal to ``jax.random``'s
-with JAX's default threefry implementation (``jax_threefry_partitionable``, the default since JAX 0.5; the
-``tests/test_host_random.py`` tests compare them with ``jax.random`` and fail if a JAX release changes the draws).
+These functions compute the same numbers in NumPy: raw ``uint32[2]`` keys in, NumPy arrays out, equal to
+``jax.random``'s with JAX's default threefry implementation (``jax_threefry_partitionable``, the default since JAX
+0.5; ``tests/test_host_random.py`` compares them with ``jax.random`` and fails if a JAX release changes the draws).
 Keys may carry leading batch axes (``[..., 2]``), as ``jax.vmap`` over keys would.
 """
 
