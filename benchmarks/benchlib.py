@@ -148,6 +148,7 @@ class CompileMeter:
     minus the cache-hit events. When the listeners are registered, one tiny program is compiled to check that
     the backend-compile event still arrives; where it does not (a JAX that renamed its events or its monitoring
     API), ``available`` is False and ``seconds``, ``compiles`` and ``cache_hits`` are None instead of a wrong 0.
+    ``programs`` breaks the seconds down by the function each event names (JAX passes ``fun_name``).
     """
 
     _lock = threading.Lock()
@@ -160,6 +161,7 @@ class CompileMeter:
         self._seconds = 0.0
         self._requests = 0
         self._cache_hits = 0
+        self._programs: dict[str, list] = {}  # function name -> [backend requests, seconds]
 
     @property
     def seconds(self) -> float | None:
@@ -174,16 +176,29 @@ class CompileMeter:
         return self._cache_hits if CompileMeter.available else None
 
     @property
+    def programs(self) -> dict | None:
+        """Per function name (``jit(f)`` and ``f`` merged), [programs handed to the backend (compiled or read from
+        the persistent cache), tracing + lowering + compile seconds], the most seconds first."""
+        if not CompileMeter.available:
+            return None
+        return dict(sorted(((k, [n, round(t, 3)]) for k, (n, t) in self._programs.items()), key=lambda kv: -kv[1][1]))
+
+    @property
     def compiles(self) -> int | None:
         return self._requests - self._cache_hits if CompileMeter.available else None
 
     @classmethod
-    def _listener(cls, event: str, duration: float, **_):
+    def _listener(cls, event: str, duration: float, fun_name: str = "?", **_):
         if event in _COMPILE_EVENTS:
             cls._backend_events += event == _BACKEND_EVENT
+            name = str(fun_name)
+            name = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
             for meter in cls._active:
                 meter._seconds += float(duration)
                 meter._requests += event == _BACKEND_EVENT
+                entry = meter._programs.setdefault(name, [0, 0.0])
+                entry[0] += event == _BACKEND_EVENT
+                entry[1] += float(duration)
 
     @classmethod
     def _hit_listener(cls, event: str, **_):
@@ -249,9 +264,10 @@ def prepare_program(policy, data, members: int):
     segment program, not constants folded into the program."""
     import jax
 
+    from ltrjax.online.host_random import prng_key
     from ltrjax.online.policies.base import stack_members
 
-    params = stack_members([policy.init(jax.random.PRNGKey(i), data) for i in range(members)])
+    params = stack_members([policy.init(prng_key(i), data) for i in range(members)])
     fn = jax.jit(lambda p, buckets: [policy.prepare_population(p, b, None) for b in buckets])
     args = (params, tuple(data.buckets))
     jax.block_until_ready(fn(*args))

@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
            "wall_seconds": t_data + t_run, **{f"{k}_seconds": v for k, v in split.items()},
            "other_seconds": t_run - sum(split.values()),
            "compile_seconds": compile_meter.seconds, "compiles": compile_meter.compiles,
-           "compile_cache_hits": compile_meter.cache_hits,
+           "compile_cache_hits": compile_meter.cache_hits, "compile_programs": compile_meter.programs,
            "compile_share": ratio(compile_meter.seconds, t_data + t_run), "compilation_cache": cache,
            "doc_slot_occupancy": occupancy, "segment_width_shapes": sim.width_shapes(),
            "alpha_seconds_7_over_1": sharing["ratio"], "alpha_sharing": sharing,

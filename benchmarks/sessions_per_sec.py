@@ -7,7 +7,7 @@ click draws. Rates are total sessions of all members per second.
 
 Host work inside ``simulate_frozen``. Besides the compiled segment program it does, on the host:
   * setup, once per call: each trial's session draws (``Simulator.session_plan``), initial states
-    (``Simulator.init_states``) and each member's policy parameters (``Policy.init``);
+    (``Simulator.host_init_states``) and each member's policy parameters (``Policy.init``);
   * planning, once per call: every segment's lane schedule (``Simulator.plan``);
   * per segment: the click uniforms (NumPy PCG64), stacking the scan inputs per member (``Simulator._prepare``),
     and putting the outputs back in session order (``Simulator._collect``). The next segment is prepared while
@@ -84,8 +84,7 @@ def segment_sessions(cfg, data) -> tuple[int, int]:
 
 def measure(cfg, data, policy, population: int, segments: int, repeats: int, seed: int) -> dict:
     """Rates of ``population`` members (distinct trial keys) over the first ``segments`` protocol segments."""
-    import jax
-
+    from ltrjax.online import host_random
     from ltrjax.online import simulator as sim_lib
     from ltrjax.runner import build_simulator
 
@@ -95,9 +94,9 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     n_sessions = n_main if segments == n_updates else per_segment * segments
     # a fresh simulator per population: its padded step count is this population's own (it is sticky)
     sim = build_simulator(cfg, data, n_updates=segments, refreshes=None)
-    keys = [jax.random.fold_in(jax.random.PRNGKey(seed), t) for t in range(population)]
+    keys = [host_random.fold_in(host_random.prng_key(seed), t) for t in range(population)]  # no eager programs
     programs = sim_lib.compiled(policy)
-    targets = {"session_plan": (sim, "session_plan"), "init_states": (sim, "init_states"),
+    targets = {"session_plan": (sim, "session_plan"), "init_states": (sim, "host_init_states"),
                "policy_init": (policy, "init"), "plan": (sim, "plan"), "program": (programs, "segment")}
 
     def run(block_program: bool = False):
@@ -164,15 +163,15 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
 def reference_rate(cfg, data, policy, n_sessions: int, seed: int) -> tuple[float, float, int]:
     """(sessions per wall second, per CPU second, sessions) of the NumPy loop on the first main sessions of
     trial 0 with EBRank's NumPy scorer (uniforms drawn in bulk with NumPy inside the timing)."""
-    import jax
     import numpy as np
 
+    from ltrjax.online import host_random
     from ltrjax.online.simulator import trial_keys
     from ltrjax.runner import build_simulator
     from tests.reference import online_loop as ref
 
     sim = build_simulator(cfg, data)
-    keys = trial_keys(jax.random.fold_in(jax.random.PRNGKey(seed), 0))
+    keys = trial_keys(host_random.fold_in(host_random.prng_key(seed), 0))
     params = policy.init(keys.policy, data)
     _, main = sim.session_plan(keys.plan)
     draws = main.slice(0, min(n_sessions, len(main)))

@@ -233,6 +233,9 @@ def main(argv=None) -> dict:
                         help="a metric is within noise when its trial-level sign-flip p is at least this")
     parser.add_argument("--smoke", action="store_true", help="compare two tiny runs made on the fly")
     args = parser.parse_args(argv)
+    from ltrjax.compile_cache import ensure_compilation_cache
+
+    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
     with tempfile.TemporaryDirectory() as tmp:
         runs = smoke_runs(Path(tmp)) if args.smoke else args.runs
         if len(runs) != 2:

@@ -210,6 +210,9 @@ def main(argv=None) -> dict:
     parser.add_argument("probes", nargs="*", choices=[[], *PROBES], help="default: all")
     parser.add_argument("--smoke", action="store_true", help="toy sizes (seconds): for tests")
     args = parser.parse_args(argv)
+    from ltrjax.compile_cache import ensure_compilation_cache
+
+    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
     size = SMOKE if args.smoke else Sizes()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -34,6 +34,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
+    from ltrjax.compile_cache import ensure_compilation_cache
+
+    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
     from ltrjax.offline_runner import run_fidelity
     cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None

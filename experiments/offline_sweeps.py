@@ -147,6 +147,9 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="a tiny sweep (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
+    from ltrjax.compile_cache import ensure_compilation_cache
+
+    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
     if args.sweep is None:
         if not args.smoke:
             ap.error("--sweep is required (unless --smoke)")

@@ -32,3 +32,12 @@ def enable_compilation_cache(path: str | os.PathLike | None = None,
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
+
+
+def ensure_compilation_cache(path: str | os.PathLike | None = None) -> str:
+    """The persistent cache for a script (experiments, benchmarks): the folder this process already uses (a test
+    session's, a caller's), else ``enable_compilation_cache(path)``. Returns the folder."""
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
+    if current and path is None:
+        return str(current)
+    return enable_compilation_cache(path)

@@ -19,7 +19,6 @@ import logging
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -27,6 +26,7 @@ from ltrjax.clicks import make_click_model
 from ltrjax.data.checks import check_list_width
 from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import TEST, QuerySet
+from ltrjax.online import host_random
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import Simulator, TrialResult
 from ltrjax.measure import exploitation_ratios, memory_record, perfect_click_rates, save_units
@@ -230,9 +230,10 @@ def row_settings(run: ResolvedRun, key: str, **sim_overrides) -> dict:
             "sim": protocol_of(sim), "dataset": copy.deepcopy(run.dataset), "seed": run.seed}
 
 
-def trial_key(run: ResolvedRun, trial: int) -> jax.Array:
-    """Trial t of every algorithm uses the same key: algorithms share their session and click draws."""
-    return jax.random.fold_in(jax.random.PRNGKey(int(run.seed)), trial)
+def trial_key(run: ResolvedRun, trial: int) -> np.ndarray:
+    """Trial t of every algorithm uses the same key: algorithms share their session and click draws.
+    ``jax.random.fold_in(jax.random.PRNGKey(seed), trial)``, computed on the host (``host_random``: a raw key)."""
+    return host_random.fold_in(host_random.prng_key(int(run.seed)), trial)
 
 
 def grid_label(values: dict) -> str:

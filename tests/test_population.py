@@ -342,13 +342,13 @@ def test_evaluation_reuses_the_segment_prior(sim):
     prepared = [policy.prepare_population(params, b, None) for b in sim.data.buckets]
     for b, bucket in enumerate(sim.data.buckets):
         aux = jax.vmap(lambda a, s: to_entry_order(a, s))(prepared[b], states[b])
-        args = (sim.protocol, params, states[b], bucket, sim.gains[b], sim.idcg[b])
-        recomputed = compiled(policy)["evaluate"](*args, None)
-        reused = compiled(policy)["evaluate"](*args, aux)
+        args = (sim.protocol, params, (states[b],), (bucket,), (sim.gains[b],), (sim.idcg[b],))  # one bucket
+        (recomputed,) = compiled(policy)["evaluate"](*args, (None,))
+        (reused,) = compiled(policy)["evaluate"](*args, (aux,))
         assert np.isfinite(np.asarray(recomputed[0])).all()
         for x, y in zip(recomputed, reused):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         rows = jnp.asarray(np.arange(0, bucket.n_queries, 2), jnp.int32)
-        for x, y in zip(compiled(policy)["evaluate_rows"](*args, rows, None),
-                        compiled(policy)["evaluate_rows"](*args, rows, aux)):
+        for x, y in zip(compiled(policy)["evaluate_rows"](*args, (rows,), (None,))[0],
+                        compiled(policy)["evaluate_rows"](*args, (rows,), (aux,))[0]):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ltrjax.models.train import FitConfig, MemberFit, fit_members, shuffled_order, subsample
+from ltrjax.models.train import FitConfig, MemberFit, fit_members, padded_size, shuffled_order, subsample
 
 
 def linear_loss(params, batch):
@@ -53,6 +53,22 @@ def test_lbfgs_members_fit_independently():
     for i in range(2):
         one, _ = fit_members(fit, init(), [data[i]], [data[i]], keys[i:i + 1], "t")
         np.testing.assert_allclose(np.asarray(both["w"][i]), np.asarray(one["w"][0]), rtol=1e-5, atol=1e-6)
+
+
+def test_capped_fits_pad_to_one_shape_and_equal_the_power_of_two_padding():
+    """With an example cap and known split capacities every retrain pads to min(capacity, cap), one compiled shape
+    per run; the fit is the one padded to the next power of two, bit for bit (padding has weight 0, shuffled last)."""
+    assert padded_size(100, 5000, cap=65536) == 5000 and padded_size(9000, 10**7, cap=65536) == 65536
+    assert padded_size(100, 10**7) == 4096 and padded_size(9000, 10**7) == 16384  # no cap: powers of two
+    train, val = regression(300, seed=6), regression(200, seed=7)
+    fit = MemberFit(linear_loss, FitConfig(max_epochs=4, patience=1, batch_size=64, max_examples=10_000))
+    key = jax.random.PRNGKey(2)[None]
+    one_shape, infos = fit_members(fit, init(), [train], [val], key, "t", capacity=(1000, 700))  # 1000 / 700 rows
+    powers, want = fit_members(fit, init(), [train], [val], key, "t")  # no capacity: 4096 rows each
+    assert fit.batched._cache_size() == 2  # two shapes were compiled
+    for a, b in zip(jax.tree_util.tree_leaves(one_shape), jax.tree_util.tree_leaves(powers)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert infos == want
 
 
 def test_subsample_is_a_seeded_subset():

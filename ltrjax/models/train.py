@@ -88,13 +88,19 @@ def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | No
     return out
 
 
-def padded_size(n: int, capacity: int | None, smallest: int = 4096) -> int:
-    """Pad ``n`` examples to the next power of two (at least ``smallest``), at most ``capacity``.
+def padded_size(n: int, capacity: int | None, smallest: int = 4096, cap: int | None = None) -> int:
+    """Pad ``n`` examples to the next power of two (at least ``smallest``), at most ``capacity``; with an example
+    ``cap`` (``FitConfig.max_examples``) and a known ``capacity``, to ``min(capacity, cap)`` whatever ``n``.
 
     Every epoch shuffles and validates the whole padded array, so padding to the split's capacity
     (millions of documents on MSLR-30K) would make each epoch cost the capacity, not the data; powers
-    of two keep the shapes — and compilations — to a handful per run.
+    of two keep the shapes — and compilations — to a handful per run. Under a cap no fit ever sees more than
+    ``cap`` examples, so one shape serves the whole run: one compiled fit instead of one per power of two (each
+    costs seconds to compile; the padding costs one sort and one validation pass per epoch, and the fit does not
+    change: padding has weight 0 and is shuffled after the real examples).
     """
+    if cap is not None and capacity is not None:
+        return max(n, min(capacity, cap))
     size = max(smallest, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
     return max(n, min(size, capacity)) if capacity is not None else size
 
@@ -214,8 +220,12 @@ class MemberFit:
         self.cfg = cfg
         self.fit = make_fit(loss_fn, cfg, shuffle)
         batch = max(int(cfg.member_batch), 1)
-        self.batched = jax.jit(lambda params, train, val, keys: jax.lax.map(
-            lambda args: self.fit(*args), (params, train, val, keys), batch_size=None if batch == 1 else batch))
+
+        def member_fits(params, train, val, keys):  # named: compile logs and CompileMeter.programs show it
+            return jax.lax.map(lambda args: self.fit(*args), (params, train, val, keys),
+                               batch_size=None if batch == 1 else batch)
+
+        self.batched = jax.jit(member_fits)
 
 
 def _length(d: Mapping[str, np.ndarray]) -> int:
@@ -249,8 +259,9 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
 
     ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's
     examples (host arrays). Each member early-stops on its validation loss, or on its training loss
-    while it has no validation examples yet; all members are padded to one power-of-two size capped
-    at ``capacity`` (the most examples a split can hold), so a run compiles a handful of shapes. A
+    while it has no validation examples yet; all members are padded to one size (``padded_size``: a power of two
+    capped at ``capacity``, the most examples a split can hold, so a run compiles a handful of shapes; with
+    ``max_examples`` set, ``min(capacity, max_examples)``: one shape for the whole run). A
     member with fewer than ``min_examples`` training examples is skipped: its parameters are kept.
     With ``max_examples`` set, each member fits on a random subset of at most that many training and
     validation examples (seeded by its key). Non-finite parameters are refused.
@@ -263,18 +274,19 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
         trains = [subsample(t, cfg.max_examples, s + [0]) for t, s in zip(trains, seeds)]
         vals = [subsample(v, cfg.max_examples, s + [1]) for v, s in zip(vals, seeds)]
     vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
-    train_size = max(padded_size(_length(t), capacity[0]) for t in trains)
-    val_size = max(padded_size(_length(v), capacity[1]) for v in vals)
+    train_size = max(padded_size(_length(t), capacity[0], cap=cfg.max_examples) for t in trains)
+    val_size = max(padded_size(_length(v), capacity[1], cap=cfg.max_examples) for v in vals)
     stack = lambda ds: {k: np.stack([d[k] for d in ds]) for k in ds[0]}  # noqa: E731
     train = stack([pad_examples(t, cfg.batch_size, train_size) for t in trains])
     val = stack([pad_examples(v, cfg.batch_size, val_size) for v in vals])
-    new, info = member_fit.batched(params, train, val, keys)
+    new, info = jax.device_get(member_fit.batched(params, train, val, keys))
     trained = np.asarray(n_train) >= cfg.min_examples
-    keep = jnp.asarray(trained)
-    new = jax.tree_util.tree_map(lambda a, b: jnp.where(keep.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, params)
-    finite = np.asarray(jax.tree_util.tree_reduce(
-        lambda acc, a: acc & jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1),
-        jax.tree_util.tree_leaves(new), jnp.ones(len(trains), bool)))
+    # on the host: the parameters are small, and each eager jnp op would be a program to compile
+    new = jax.tree_util.tree_map(lambda a, b: np.where(trained.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new,
+                                 jax.device_get(params))
+    finite = np.ones(len(trains), bool)
+    for a in jax.tree_util.tree_leaves(new):
+        finite &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
     if not finite.all():
         raise FloatingPointError(f"{name}: parameters of members {np.flatnonzero(~finite).tolist()} became "
                                  "non-finite after training")

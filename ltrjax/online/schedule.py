@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import numpy as np
+
+from ltrjax.online import host_random
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,11 +32,13 @@ class SessionDraws:
         return SessionDraws(self.query[start:stop], self.enter[start:stop], self.session[start:stop])
 
 
-def draw_sessions(key: jax.Array, n_sessions: int, n_queries: int, entry_prob: float, first_session: int = 0) -> SessionDraws:
-    """Queries uniform over all queries of all splits; entry coins with probability ``entry_prob``."""
-    k_query, k_enter = jax.random.split(key)
-    query = np.asarray(jax.random.randint(k_query, (n_sessions,), 0, n_queries), np.int32)
-    enter = np.asarray(jax.random.uniform(k_enter, (n_sessions,)) < entry_prob)
+def draw_sessions(key, n_sessions: int, n_queries: int, entry_prob: float, first_session: int = 0) -> SessionDraws:
+    """Queries uniform over all queries of all splits; entry coins with probability ``entry_prob``: the numbers
+    ``jax.random.randint``/``uniform`` draw from the two halves of ``key``, computed on the host (``host_random``:
+    no program to compile per session count)."""
+    k_query, k_enter = host_random.split(key)
+    query = host_random.randint(k_query, (n_sessions,), 0, n_queries)
+    enter = host_random.uniform(k_enter, (n_sessions,)) < np.float32(entry_prob)
     session = np.arange(first_session, first_session + n_sessions, dtype=np.int32)
     return SessionDraws(query, enter, session)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import operator
 import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NamedTuple
 
@@ -39,13 +39,14 @@ from ltrjax.constraints import (ConfigError, Each, Length, NonNegativeInt, OneOf
                                 Range, check_fields, strict_fields)
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TEST
+from ltrjax.online import host_random
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
                                     padded_steps, update_points, width_ladder)
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
-                                 init_bucket_state)
+                                 init_bucket_state_host)
 
 log = logging.getLogger("ltrjax")
 
@@ -230,8 +231,9 @@ def fitted_lanes(segment_rows: list[np.ndarray], most: int, steps: int) -> int:
     return lanes
 
 
-def trial_keys(key: jax.Array) -> TrialKeys:
-    return TrialKeys(*jax.random.split(key, 5))
+def trial_keys(key) -> TrialKeys:
+    """The trial's keys, ``jax.random.split(key, 5)`` computed on the host (raw ``uint32[2]`` NumPy keys)."""
+    return TrialKeys(*host_random.split(key, 5))
 
 
 def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_rows: int, top_k: int) -> np.ndarray:
@@ -240,7 +242,7 @@ def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_ro
     Drawn in bulk on the host with NumPy's PCG64, seeded from the trial key and the first session
     index (threefry costs ~60 ns per number on a CPU; this ~1 ns). Shared verbatim with the reference.
     """
-    words = np.asarray(jax.random.key_data(run_key), np.uint32).ravel().tolist()
+    words = host_random.key_words(run_key).ravel().tolist()
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words + [int(first_session)])))
     return rng.random((n_sessions, n_rows, top_k), dtype=np.float32)
 
@@ -261,7 +263,17 @@ def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
     return max(1, int(round(data.n_queries * max(mean_docs - 5.0, 1.0) / entry_prob)))
 
 
-_init_bucket_state = jax.jit(init_bucket_state, static_argnums=2)
+@jax.jit
+def _take_members(tree, index):
+    """Every leaf's rows ``index`` (the members' copies of their trials' states), one program for the whole tree."""
+    return jax.tree_util.tree_map(lambda a: a[index], tree)
+
+
+@jax.jit
+def _dataset_order_views(states):
+    """Per bucket, every member's counters and entered mask in dataset order (a retrain's inputs), one program."""
+    return (tuple(jax.vmap(counters_in_dataset_order)(s) for s in states),
+            tuple(jax.vmap(entered_mask)(s) for s in states))
 
 
 def resolve_hyper(policy: Policy, hyper) -> Any:
@@ -285,7 +297,7 @@ def resolve_hypers(policy: Policy, hypers: Sequence | None, n_members: int) -> l
 
 
 def _key_id(key: jax.Array) -> tuple[int, ...]:
-    return tuple(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    return tuple(host_random.key_words(key).ravel().tolist())
 
 
 def group_trials(keys: Sequence[jax.Array]) -> tuple[np.ndarray, list[TrialKeys]]:
@@ -308,15 +320,16 @@ def pad_to_devices(keys: list, hypers: list, n_devices: int) -> tuple[list, list
     return keys, hypers
 
 
-def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> jax.Array:
-    """[M] keys: every member's ``field`` key of its trial (``TrialKeys``) folded with ``data`` in turn."""
+def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> np.ndarray:
+    """[M] keys: every member's ``field`` key of its trial (``TrialKeys``) folded with ``data`` in turn
+    (``jax.random.fold_in`` computed on the host: ``host_random``)."""
     keys = []
     for t in trial_of:
         key = getattr(trials[t], field)
         for d in data:
-            key = jax.random.fold_in(key, d)
+            key = host_random.fold_in(key, d)
         keys.append(key)
-    return jnp.stack(keys)
+    return np.stack(keys)
 
 
 @dataclasses.dataclass
@@ -363,6 +376,12 @@ class MainPhase:
     per_query: dict | None = None
 
 
+def per_bucket(fn: Callable, protocol, params, *per_bucket_args):
+    """``fn(protocol, params, *args)`` for every bucket, ``per_bucket_args`` tuples over the buckets: one program
+    evaluates them all (a program per bucket shape would be compiled, and traced, once each)."""
+    return tuple(fn(protocol, params, *args) for args in zip(*per_bucket_args))
+
+
 def compiled(policy: Policy) -> dict[str, Callable]:
     """The policy's population programs (segment, evaluation, refresh), built once per policy object and
     kept on it, so they are freed with the policy. Shapes (members, buckets, lanes) are traced arguments:
@@ -377,8 +396,11 @@ def compiled(policy: Policy) -> dict[str, Callable]:
             "segment": jax.jit(segment, donate_argnums=3, static_argnames=("widths",)),
             "class_segment": jax.jit(functools.partial(step_lib.population_class_segment, policy), donate_argnums=3,
                                      static_argnames=("widths",)),
-            "evaluate": jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0))),
-            "evaluate_rows": jax.jit(jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0))),
+            # every bucket in one program (tuples over the buckets: states, buckets, gains, idcg, [rows,] aux)
+            "evaluate": jax.jit(functools.partial(
+                per_bucket, jax.vmap(evaluate, in_axes=(None, 0, 0, None, None, None, 0)))),
+            "evaluate_rows": jax.jit(functools.partial(
+                per_bucket, jax.vmap(evaluate_rows, in_axes=(None, 0, 0, None, None, None, None, 0)))),
             "refresh": jax.jit(jax.vmap(policy.refresh)),
         }
         policy.__dict__["_ltrjax_programs"] = programs
@@ -458,11 +480,18 @@ class Simulator:
         self._lanes: dict[str, tuple[int, ...]] = {}  # per phase: lanes per bucket (``plan``)
         self._widths: dict[int, list[tuple[int, ...]]] = {}  # per segment count: widths (``segment_widths``)
         self._width_shapes: set[tuple[int, ...]] = set()
+        self._aux_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per policy (``aux_bytes``)
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
 
     # ------------------------------------------------------------------ plans and draws
     def init_states(self, key: jax.Array) -> list[BucketState]:
-        return [_init_bucket_state(jax.random.fold_in(key, b), bucket, self.config.initial_docs)
+        """Every bucket's initial state (``state.init_bucket_state``), on the device."""
+        return jax.device_put(self.host_init_states(key))
+
+    def host_init_states(self, key: jax.Array) -> list[BucketState]:
+        """``init_states`` computed on the host with NumPy (``state.init_bucket_state_host``: the same arrays, and
+        no program per bucket shape to compile); the simulator stacks and uploads them per population."""
+        return [init_bucket_state_host(host_random.fold_in(key, b), bucket, self.config.initial_docs)
                 for b, bucket in enumerate(self.data.buckets)]
 
     def session_counts(self) -> tuple[int, int]:
@@ -475,7 +504,7 @@ class Simulator:
         """Warm-up and main session draws of a trial."""
         cfg = self.config
         n_warm, n_main = self.session_counts()
-        k_warm, k_main = jax.random.split(key)
+        k_warm, k_main = host_random.split(key)
         warm = draw_sessions(k_warm, n_warm, self.data.n_queries, 0.0, first_session=0)
         main = draw_sessions(k_main, n_main, self.data.n_queries, cfg.entry_prob, first_session=n_warm)
         return warm, main
@@ -624,12 +653,17 @@ class Simulator:
     # ------------------------------------------------------------------ memory
     def aux_bytes(self, policy: Policy) -> int:
         """The bytes of one member's ``prepare`` output over every bucket (shapes only: ``jax.eval_shape``, nothing
-        is computed). A population keeps one per member (stacked, in entry order), so it counts per member."""
-        params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.random.key(0))
+        is computed). A population keeps one per member (stacked, in entry order), so it counts per member. Kept per
+        policy: tracing ``prepare`` over every bucket again for every population would cost seconds."""
+        known = self._aux_bytes.get(policy)
+        if known is not None:
+            return known
+        params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.ShapeDtypeStruct((2,), jnp.uint32))
         total = 0
         for bucket in self.data.buckets:
             aux = jax.eval_shape(lambda p, b=bucket: policy.prepare(p, b, DocCounters.zeros(b.labels.shape)), params)
             total += sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(aux))
+        self._aux_bytes[policy] = total
         return total
 
     def member_bytes(self, policy: Policy | None = None) -> int:
@@ -724,7 +758,7 @@ class Simulator:
         points, _, segments, plans = self.main_segments(mains, n_main)
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
-        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]
+        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
         _, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
                                        trial_of, self.segment_widths(mains, points))
@@ -842,7 +876,7 @@ class Simulator:
         all_plans, all_entered, all_widths = [], [], []
         for t, trial in enumerate(trials):
             initial = np.zeros(self.data.n_queries, np.int64)
-            for b, state in zip(self.data.buckets, self.init_states(trial.init)):
+            for b, state in zip(self.data.buckets, self.host_init_states(trial.init)):
                 initial[np.asarray(b.query_index)] = np.asarray(state.n_entered)[:-1]
             entered = entered_counts(mains[t].slice(0, n_main), initial, n_docs)
             for s in range(len(points)):
@@ -866,7 +900,7 @@ class Simulator:
             jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
         return PreparedSegment(schedules=self._shard(schedules),
-                               keys=self._shard(jnp.stack([run_keys[t] for t in trial_of])),
+                               keys=self._shard(np.stack([host_random.key_words(run_keys[t]) for t in trial_of])),
                                targets=[targets for _, targets in per_trial], n_sessions=len(draws[0]),
                                trial_of=trial_of, widths=widths, bounds=bounds)
 
@@ -915,22 +949,19 @@ class Simulator:
         for these ``params`` (``_launch``), reused instead of recomputed (None: recomputed)."""
         n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
         out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
-        launched = []  # every bucket is dispatched before the first result is waited for
-        for b, bucket in enumerate(self.data.buckets):
-            query = np.asarray(bucket.query_index)
-            aux = None if prepared is None else prepared[b]
-            if test_only:
-                rows = self.test_rows[b]
-                if not len(rows):
-                    continue
-                launched.append((query[rows], compiled(policy)["evaluate_rows"](
-                    self.protocol, params, states[b], bucket, self.gains[b], self.idcg[b], rows, aux)))
-            else:
-                launched.append((query, compiled(policy)["evaluate"](self.protocol, params, states[b], bucket,
-                                                                     self.gains[b], self.idcg[b], aux)))
-        for query, (warm, cold) in launched:
-            out["warm"][:, query] = np.asarray(warm)
-            out["cold"][:, query] = np.asarray(cold)
+        picked = [b for b in range(len(self.data.buckets)) if not test_only or len(self.test_rows[b])]
+        pick = lambda xs: tuple(xs[b] for b in picked)  # noqa: E731
+        aux = (None,) * len(picked) if prepared is None else pick(prepared)
+        args = (self.protocol, params, pick(states), pick(self.data.buckets), pick(self.gains), pick(self.idcg))
+        if test_only:  # one program for every bucket
+            results = compiled(policy)["evaluate_rows"](*args, pick(self.test_rows), aux)
+        else:
+            results = compiled(policy)["evaluate"](*args, aux)
+        for b, (warm, cold) in zip(picked, jax.device_get(results)):
+            query = np.asarray(self.data.buckets[b].query_index)
+            query = query[self.test_rows[b]] if test_only else query
+            out["warm"][:, query] = warm
+            out["cold"][:, query] = cold
         return out
 
     def split_means(self, per_query: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
@@ -940,8 +971,7 @@ class Simulator:
                        for m in ("warm", "cold")} for i, name in enumerate(SPLITS)}
 
     def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
-        counters = tuple(jax.device_get(jax.vmap(counters_in_dataset_order)(s)) for s in states)
-        entered = tuple(np.asarray(jax.vmap(entered_mask)(s)) for s in states)
+        counters, entered = jax.device_get(_dataset_order_views(tuple(states)))
         return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
     def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool
@@ -974,7 +1004,7 @@ class Simulator:
 
     def _warm_up(self, trials: list[TrialKeys], trial_of: np.ndarray, draws: list, timings: dict) -> list:
         """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member."""
-        initial = [stack_members(s) for s in zip(*(self.init_states(t.init) for t in trials))]  # [T] per bucket
+        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init) for t in trials))]  # [T] per bucket
         tic = time.perf_counter()
         warm_policy = self.warmup_policy
         if warm_policy is not None and len(draws[0][0]):
@@ -985,7 +1015,8 @@ class Simulator:
             _, initial = self._run_segments(warm_policy, warm_params, warm_hyper, initial, [warmups],
                                             [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
                                             [self.reachable_widths(warmups)])
-        states = [jax.tree_util.tree_map(operator.itemgetter(trial_of), s) for s in initial]
+        # one copy per member: one program for every bucket (nothing to copy when every member is its own trial)
+        states = list(initial) if np.array_equal(trial_of, np.arange(len(trials))) else _take_members(initial, trial_of)
         timings["simulate"] += time.perf_counter() - tic
         return states
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from ltrjax.data.layout import Bucket
+from ltrjax.online import host_random
 
 
 STAT_NAMES = ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")
@@ -80,6 +82,28 @@ def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, i
         order=pad_row(order),
         rank=pad_row(rank),
         entry_session=jnp.full((n_queries + 1, width), -1, jnp.int32),
+    )
+
+
+def init_bucket_state_host(key, bucket: Bucket, initial_docs: tuple[int, int]) -> BucketState:
+    """``init_bucket_state`` computed with NumPy on the host (``host_random``: the same draws, bit for bit, and
+    no XLA program per bucket shape to compile); the state's arrays are NumPy arrays."""
+    doc_mask, n_docs = np.asarray(bucket.doc_mask), np.asarray(bucket.n_docs)
+    n_queries, width = doc_mask.shape
+    halves = host_random.split(host_random.fold_in(key, np.asarray(bucket.query_index)))  # [Qb, 2, 2]
+    priority = np.where(doc_mask, host_random.uniform(halves[:, 0], (width,)), np.float32(2.0))
+    order = np.argsort(priority, axis=1, kind="stable").astype(np.int32)
+    n_initial = host_random.randint(halves[:, 1], (), initial_docs[0], initial_docs[1] + 1)
+    n_entered = np.minimum(n_initial, n_docs).astype(np.int32)
+    rank = np.argsort(order, axis=1, kind="stable").astype(np.int32)
+    pad_row = lambda a: np.concatenate([a, np.zeros_like(a[:1])], axis=0)  # noqa: E731
+    return BucketState(
+        counters=DocCounters(*(np.zeros((n_queries + 1, width), np.float32) for _ in STAT_NAMES)),
+        n_entered=pad_row(n_entered),
+        issue_count=np.zeros((n_queries + 1,), np.int32),
+        order=pad_row(order),
+        rank=pad_row(rank),
+        entry_session=np.full((n_queries + 1, width), -1, np.int32),
     )
 
 

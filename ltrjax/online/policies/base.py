@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax import struct
 
@@ -77,9 +78,22 @@ def member(tree, i: int):
     return jax.tree_util.tree_map(lambda a: a[i], tree)
 
 
+HOST_STACK_SIZE = 1 << 16  # leaves of at most this many numbers are stacked on the host (``stack_members``)
+
+
 def stack_members(trees):
-    """Stack a sequence of equally shaped pytrees along a new leading member axis."""
-    return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+    """Stack a sequence of equally shaped pytrees along a new leading member axis. Host leaves and small device
+    leaves (parameters, hyper-parameters: at most ``HOST_STACK_SIZE`` numbers) are stacked with NumPy: an eager
+    ``jnp.stack`` compiles one program per leaf shape, which costs more than copying a few numbers to the host."""
+    return jax.tree_util.tree_map(_stack, *trees)
+
+
+def _stack(*xs):
+    if all(isinstance(x, (np.ndarray, np.generic)) or (isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+                                                      and x.size <= HOST_STACK_SIZE)
+           for x in xs):
+        return np.stack([np.asarray(x) for x in xs])
+    return jnp.stack([jnp.asarray(x) for x in xs])
 
 
 def check_hyper(hyper_class, values: dict, name: str = "policy") -> None:

@@ -212,9 +212,14 @@ class EBRank(Policy):
         self.fit_config = FitConfig.from_mapping({**self.default_fit, **dict(fit or {})})
         self._fit = MemberFit(self._loss, self.fit_config)
 
+        def init_prior(key):  # one program (eager, flax's init compiles one per operation it runs)
+            return self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))
+
+        self._init_prior = jax.jit(init_prior)
+
     # -- model
     def init(self, key, data: PaddedDataset):
-        return {"prior": self.model.init(key, jnp.zeros((1, self.n_features), jnp.float32))}
+        return {"prior": self._init_prior(key)}
 
     def default_hyper(self):
         return EBRankHyper(epsilon=jnp.float32(self.epsilon))
