@@ -100,6 +100,40 @@ def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
     return widths
 
 
+PAD_BLOCK_BYTES = 1 << 26  # host bytes of one block of padded features on their way to the device (64 MiB)
+
+
+def _write_rows(out: jax.Array, rows: jax.Array, start: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_update_slice_in_dim(out, rows, start, axis=0)
+
+
+_write_rows_in_place = jax.jit(_write_rows, donate_argnums=0)
+
+
+def padded_features(features: np.ndarray, flat: np.ndarray, doc_mask: np.ndarray,
+                    block_bytes: int = PAD_BLOCK_BYTES) -> jax.Array:
+    """float32 ``[Qb, Db, F]`` device array: ``features[flat]`` where ``doc_mask``, else 0. Written into the device
+    buffer a block of queries at a time (at most ``block_bytes`` on the host, the buffer updated in place), so laying
+    out a dataset never holds more than its flat features, the padded ones and one block: a whole padded host copy
+    (and ``jnp.asarray``'s transient one) would add about twice the bucket (at MSLR-30K shape 3 GB)."""
+    n_queries, width = doc_mask.shape
+    n_features = features.shape[1]
+    rows = max(1, int(block_bytes) // max(width * n_features * 4, 1))
+    if rows >= n_queries:
+        return jax.device_put(np.where(doc_mask[..., None], features[flat], 0.0).astype(np.float32))
+    out = jnp.zeros((n_queries, width, n_features), jnp.float32)
+    for start in range(0, n_queries, rows):
+        stop = min(start + rows, n_queries)
+        block = np.zeros((rows, width, n_features), np.float32)  # one shape: the update compiles once
+        mask = doc_mask[start:stop]
+        block[:stop - start][mask] = features[flat[start:stop][mask]]
+        if stop - start < rows:  # the last block: its padding rows would run past the end, so start it earlier
+            block = np.concatenate([np.asarray(out[n_queries - rows:start]), block[:stop - start]])
+            start = n_queries - rows
+        out = _write_rows_in_place(out, block, np.int32(start))
+    return out
+
+
 def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_tolerance: float = 0.25,
                    single_bucket_cells: int = 200_000, min_width: int = 1) -> PaddedDataset:
     """Split a ``QuerySet`` into padded buckets of queries of similar size.
@@ -125,11 +159,10 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
         doc_mask = np.arange(width)[None, :] < n_docs[:, None]
         # flat row index of every (query, slot); padded slots point at row 0 and are masked
         flat = np.where(doc_mask, qs.query_offsets[members][:, None] + np.arange(width)[None, :], 0)
-        features = np.where(doc_mask[..., None], qs.features[flat], 0.0).astype(np.float32)
         labels = np.where(doc_mask, qs.labels[flat], 0).astype(np.int32)
         buckets.append(
             Bucket(
-                features=jnp.asarray(features),
+                features=padded_features(qs.features, flat, doc_mask),
                 labels=jnp.asarray(labels),
                 doc_mask=jnp.asarray(doc_mask),
                 n_docs=jnp.asarray(n_docs, jnp.int32),
