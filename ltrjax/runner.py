@@ -172,11 +172,13 @@ def bm25_fallback(run: ResolvedRun, data) -> ResolvedRun:
     return run.replace(algorithms=kept, experiment=dataclasses.replace(exp, **changes))
 
 
-def padded_data(run: ResolvedRun, queryset: QuerySet):
-    """``queryset`` padded into ``run.layout``'s size buckets, at least ``run.sim.top_k`` wide."""
+def padded_data(run: ResolvedRun, queryset: QuerySet, features: list | None = None):
+    """``queryset`` padded into ``run.layout``'s size buckets, at least ``run.sim.top_k`` wide (``features``: its
+    feature matrix handed over, ``pad_and_bucket``'s)."""
     check_list_width(int(queryset.docs_per_query.max(initial=0)), run.sim.top_k, queryset.name)
     return pad_and_bucket(queryset, run.layout.n_buckets, merge_tolerance=run.layout.merge_tolerance,
-                          single_bucket_cells=run.layout.single_bucket_cells, min_width=run.sim.top_k)
+                          single_bucket_cells=run.layout.single_bucket_cells, min_width=run.sim.top_k,
+                          features=features)
 
 
 def build_simulator(run: ResolvedRun, data, **sim_overrides) -> Simulator:

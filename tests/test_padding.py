@@ -233,3 +233,20 @@ def test_query_set_without_features_keeps_everything_else():
     assert not np.isnan(qs.features).any()
     for field in ("labels", "query_offsets", "qids", "split", "feature_ids"):
         assert getattr(lean, field) is getattr(qs, field)
+
+
+def test_handed_over_features_give_the_same_layout():
+    """``pad_and_bucket(..., features=[matrix])`` with the query set's placeholder (``without_features``): the list
+    is emptied and every bucket equals the layout from the query set itself."""
+    qs = toy_queryset(n_queries=80, n_features=3, docs=(2, 120), y_max=2, seed=4)
+    want = pad_and_bucket(qs, 4, merge_tolerance=0.0, single_bucket_cells=0)
+    assert len(want.buckets) > 2  # rows of two finished buckets are dropped on the way
+    box = [qs.features.copy()]
+    got = pad_and_bucket(qs.without_features(), 4, merge_tolerance=0.0, single_bucket_cells=0, features=box)
+    assert box == []
+    for a, b in zip(got.buckets, want.buckets):
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for field in ("bucket_of_query", "row_of_query", "split_of_query", "feature_ids"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    assert got.n_features == want.n_features == 3

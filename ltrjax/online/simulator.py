@@ -448,6 +448,26 @@ def available_memory() -> int:
     return physical_memory() // 4
 
 
+@functools.lru_cache(maxsize=None)
+def _malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
+        return None
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim``; elsewhere nothing). A retrain's counters
+    and examples, a segment's outputs and XLA's compile-time buffers are freed into the heap, which glibc keeps
+    (measured: ~0.5 GB after a retrain at MSLR-30K shape) and the process's resident memory and peak count; called
+    after the warm-up, every retrain and every chunk, and after the data is laid out."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 class Simulator:
     """Runs populations of one dataset and click model.
 
@@ -716,6 +736,7 @@ class Simulator:
                 chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
                 chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
             results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs, keep_states)[:n_real]
+            release_free_heap()
             if start == 0 and len(keys) > size:
                 spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
                 left = spent * (len(keys) - size) / size
@@ -1022,6 +1043,8 @@ class Simulator:
                                             [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
                                             [self.reachable_widths(warmups)])
         states = [jax.tree_util.tree_map(operator.itemgetter(trial_of), s) for s in initial]
+        del initial
+        release_free_heap()
         timings["simulate"] += time.perf_counter() - tic
         return states
 
@@ -1084,6 +1107,7 @@ class Simulator:
             params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
                                           run.hyper, states, [concat_logs(p) for p in run.pending])
             params = self._shard(params)
+            release_free_heap()
             run.timings["train"] += time.perf_counter() - tic
             for acc, info in zip(run.train_info, infos):
                 acc.append(info)
