@@ -77,10 +77,17 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
         enable_compilation_cache(run)
         kind = run.kind
         if kind in ("online", "online_table"):
-            from ltrjax.runner import run_online
+            from ltrjax.online.simulator import release_free_heap
+            from ltrjax.runner import padded_data, run_online
 
             queryset = load_dataset(run.dataset, seed=run.seed, cache_dir=run.data.cache_dir or None)
-            return run_online(run, out_dir, queryset, on_accepted=accepted)
+            # the run reads the padded features only: the layout takes the flat matrix and frees it as it goes
+            features = [queryset.features]
+            queryset = queryset.without_features()
+            release_free_heap()  # what loading freed
+            data = padded_data(run, queryset, features)
+            release_free_heap()
+            return run_online(run, out_dir, queryset, on_accepted=accepted, data=data)
         accepted()
         if kind == "offline_fidelity":  # Vectorization / PRS fidelity (docs/fidelity.md)
             from ltrjax.offline_runner import run_fidelity

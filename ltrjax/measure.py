@@ -12,7 +12,6 @@ import numpy as np
 
 from ltrjax.data.queryset import TEST
 from ltrjax.online.simulator import Simulator, TrialResult
-from ltrjax.online.state import entered_mask, to_dataset_order
 from ltrjax.report import analysis
 
 
@@ -40,16 +39,9 @@ def memory_record(queryset) -> dict:
 
 def perfect_click_rates(sim: Simulator, result: TrialResult, n_bins: int) -> dict:
     """Click rate of perfect documents (label = y_max) by entry time (UCBRank Fig. 1), all splits."""
-    clicks, entry, doc_query, perfect, entered = [], [], [], [], []
-    for bucket, state in zip(sim.data.buckets, result.final_states):
-        mask = np.asarray(bucket.doc_mask)
-        entered.append(np.asarray(entered_mask(state))[mask])  # entry -1 means initial only for entered docs
-        clicks.append(np.asarray(to_dataset_order(state.counters.clicks, state))[mask])
-        entry.append(np.asarray(to_dataset_order(state.entry_session, state))[mask])
-        doc_query.append(np.broadcast_to(np.asarray(bucket.query_index)[:, None], mask.shape)[mask])
-        perfect.append((np.asarray(bucket.labels) == sim.data.y_max)[mask])
-    clicks, entry, doc_query, perfect, entered = (np.concatenate(x) for x in (clicks, entry, doc_query, perfect,
-                                                                             entered))
+    docs = result.perfect_docs  # the perfect documents' final state (``simulator.perfect_documents``)
+    clicks, entry, doc_query, entered = docs.clicks, docs.entry_session, docs.doc_query, docs.entered
+    perfect = np.ones(clicks.shape, bool)
     warm_queries = np.asarray(result.warmup_query, np.int64)
     session_query = np.concatenate([warm_queries, np.asarray(result.session_query, np.int64)])
     n_warm = warm_queries.size

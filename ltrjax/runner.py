@@ -172,11 +172,13 @@ def bm25_fallback(run: ResolvedRun, data) -> ResolvedRun:
     return run.replace(algorithms=kept, experiment=dataclasses.replace(exp, **changes))
 
 
-def padded_data(run: ResolvedRun, queryset: QuerySet):
-    """``queryset`` padded into ``run.layout``'s size buckets, at least ``run.sim.top_k`` wide."""
+def padded_data(run: ResolvedRun, queryset: QuerySet, features: list | None = None):
+    """``queryset`` padded into ``run.layout``'s size buckets, at least ``run.sim.top_k`` wide (``features``: its
+    feature matrix handed over, ``pad_and_bucket``'s)."""
     check_list_width(int(queryset.docs_per_query.max(initial=0)), run.sim.top_k, queryset.name)
     return pad_and_bucket(queryset, run.layout.n_buckets, merge_tolerance=run.layout.merge_tolerance,
-                          single_bucket_cells=run.layout.single_bucket_cells, min_width=run.sim.top_k)
+                          single_bucket_cells=run.layout.single_bucket_cells, min_width=run.sim.top_k,
+                          features=features)
 
 
 def build_simulator(run: ResolvedRun, data, **sim_overrides) -> Simulator:
@@ -347,7 +349,8 @@ class OnlineRun:
             keys = [trial_key(self.cfg, t) for t in simulate for _ in grid]
             tic = time.perf_counter()
             results = self.sim.run_population(policy, keys, [values for _ in simulate for values in grid],
-                                              progress=self.progress, keep_logs=self.save_click_logs) if keys else []
+                                              progress=self.progress, keep_logs=self.save_click_logs,
+                                              keep_states=False) if keys else []  # records read perfect_docs
             wall = time.perf_counter() - tic
             by_trial = {t: results[i * len(grid):(i + 1) * len(grid)] for i, t in enumerate(simulate)}
             by_trial.update({t: [shared[m][1] for m in ids[t]] for t in reused})
@@ -455,7 +458,7 @@ def selected_algorithms(run: ResolvedRun) -> dict:
     return {k: run.algorithms[k] for k in only}
 
 
-def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=None) -> float:
+def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=None, data=None) -> float:
     """Every algorithm of ``run.algorithms`` (``experiment.only``) x ``run.trials`` under ``run.sim``.
 
     ``run`` is ``ltrjax.schema.resolve``'s typed run (a config not yet resolved is resolved first:
@@ -464,11 +467,13 @@ def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=
     (``experiment.objective``: an algorithm key; default ebrank, else the first row). ``on_accepted`` (if given)
     is called with the run (the BM25 fallback's rows included) once the run folder's finished rows are checked
     (``ResultsWriter.resume``), before any simulation: ``run_experiment`` records the resolved config there, so a
-    refused run rewrites nothing.
+    refused run rewrites nothing. ``data``: ``queryset`` already laid out (``padded_data(run, queryset)``), so that
+    the caller can release the flat features first (``QuerySet.without_features``; ``run_experiment`` does); None:
+    laid out here.
     """
     run = as_run(run)
     tic = time.perf_counter()
-    data = padded_data(run, queryset)
+    data = padded_data(run, queryset) if data is None else data
     run = bm25_fallback(run, data)
     sim = build_simulator(run, data)
     header = {**run_header(run, sim, queryset), "experiment": dataclasses.asdict(run.experiment)}

@@ -24,7 +24,7 @@ from ltrjax.online.policies.ebrank import (
     prior_nll_constant,
 )
 from ltrjax.online.simulator import SimConfig, Simulator
-from ltrjax.online.state import DocCounters
+from ltrjax.online.state import STAT_NAMES, DocCounters
 from ltrjax.data.toy import toy_queryset
 
 N_FEATURES = 4
@@ -286,6 +286,15 @@ def test_trained_prior_recovers_beta_binomial_mle():
     after, info = update_one(policy, jax.random.PRNGKey(1), before, policy.default_hyper(), data, (counters,),
                              (bucket.doc_mask,), None)
     assert info["n_train"] == 2400 and info["n_val"] == 600
+    # a retrain reads only the counters of its statistic and impressions (the simulator brings no others)
+    read = set(policy.retrain_counters) | {"impressions"}
+    assert read == {"clicks", "impressions", "exposure"}
+    lean = counters.replace(**{name: None for name in STAT_NAMES if name not in read})
+    same, same_info = update_one(policy, jax.random.PRNGKey(1), before, policy.default_hyper(), data, (lean,),
+                                 (bucket.doc_mask,), None)
+    assert same_info == info
+    for got, want in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(after)):
+        np.testing.assert_array_equal(got, want)
 
     grid = jnp.array([[0.0, 0.5], [0.5, 0.5], [1.0, 0.5], [0.5, 0.0], [0.5, 1.0]])
     alpha_of = jax.jit(policy.alpha)

@@ -203,3 +203,50 @@ def test_fitted_lanes_raise_occupancy_and_keep_results(sim):
     np.testing.assert_array_equal(got.session_ndcg, want.session_ndcg)
     assert got.cum_ndcg == want.cum_ndcg
     np.testing.assert_equal(got.eval_history, want.eval_history)  # NaN (splits not evaluated) equal NaN
+
+
+def test_padded_features_block_by_block_equal_one_copy():
+    """``layout.padded_features`` writes the device buffer a block of queries at a time (the last block started
+    early so that it ends at the last query): the same array as padding the whole bucket at once, for any block."""
+    from ltrjax.data.layout import padded_features
+
+    rng = np.random.default_rng(0)
+    n_docs = rng.integers(1, 12, 23)
+    offsets = np.concatenate([[0], np.cumsum(n_docs)])
+    features = rng.random((offsets[-1], 3), dtype=np.float32)
+    doc_mask = np.arange(12)[None, :] < n_docs[:, None]
+    flat = np.where(doc_mask, offsets[:-1][:, None] + np.arange(12)[None, :], 0)
+    want = np.where(doc_mask[..., None], features[flat], 0.0).astype(np.float32)
+    for rows in (1, 2, 5, 22, 23, 100):  # queries per block
+        got = padded_features(features, flat, doc_mask, block_bytes=rows * 12 * 3 * 4)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{rows} queries per block")
+
+
+def test_query_set_without_features_keeps_everything_else():
+    """``QuerySet.without_features``: a NaN placeholder of the same shape that holds no memory (zero strides), the
+    rest unchanged, the original untouched."""
+    qs = toy_queryset(n_queries=8, n_features=5, docs=(6, 9), y_max=2, seed=1)
+    lean = qs.without_features()
+    assert lean.features.shape == qs.features.shape and lean.n_features == qs.n_features == 5
+    assert lean.features.strides == (0, 0) and np.isnan(lean.features).all() and not lean.features.flags.writeable
+    assert not np.isnan(qs.features).any()
+    for field in ("labels", "query_offsets", "qids", "split", "feature_ids"):
+        assert getattr(lean, field) is getattr(qs, field)
+
+
+def test_handed_over_features_give_the_same_layout():
+    """``pad_and_bucket(..., features=[matrix])`` with the query set's placeholder (``without_features``): the list
+    is emptied and every bucket equals the layout from the query set itself."""
+    qs = toy_queryset(n_queries=80, n_features=3, docs=(2, 120), y_max=2, seed=4)
+    want = pad_and_bucket(qs, 4, merge_tolerance=0.0, single_bucket_cells=0)
+    assert len(want.buckets) > 2  # rows of two finished buckets are dropped on the way
+    box = [qs.features.copy()]
+    got = pad_and_bucket(qs.without_features(), 4, merge_tolerance=0.0, single_bucket_cells=0, features=box)
+    assert box == []
+    for a, b in zip(got.buckets, want.buckets):
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for field in ("bucket_of_query", "row_of_query", "split_of_query", "feature_ids"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    assert got.n_features == want.n_features == 3

@@ -2,6 +2,7 @@
 fit) equals running its members one by one with ``Simulator.run``."""
 
 import functools
+import json
 
 import jax
 import jax.extend.core
@@ -352,3 +353,32 @@ def test_evaluation_reuses_the_segment_prior(sim):
         for x, y in zip(compiled(policy)["evaluate_rows"](*args, (rows,), (None,))[0],
                         compiled(policy)["evaluate_rows"](*args, (rows,), (aux,))[0]):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_perfect_docs_are_the_perfect_documents_of_the_final_states(sim, ebrank):
+    """``TrialResult.perfect_docs`` (all that a run record reads of the final state: UCBRank Fig. 1's click rates)
+    equals the perfect documents' values read from the whole final states in dataset order, and a run without
+    ``keep_states`` (what the runner does) has the same values, the same click rates and no final states."""
+    from ltrjax.measure import perfect_click_rates
+    from ltrjax.online.state import entered_mask, to_dataset_order
+
+    policy, keys, hypers, solo = ebrank
+    want = solo[1]
+    parts = {"doc_query": [], "clicks": [], "entry_session": [], "entered": []}
+    for bucket, state in zip(sim.data.buckets, want.final_states):
+        keep = np.asarray(bucket.doc_mask) & (np.asarray(bucket.labels) == sim.data.y_max)
+        parts["doc_query"].append(np.broadcast_to(np.asarray(bucket.query_index)[:, None], keep.shape)[keep])
+        parts["clicks"].append(np.asarray(to_dataset_order(state.counters.clicks, state))[keep])
+        parts["entry_session"].append(np.asarray(to_dataset_order(state.entry_session, state))[keep])
+        parts["entered"].append(np.asarray(entered_mask(state))[keep])
+    expected = {k: np.concatenate(v) for k, v in parts.items()}
+    assert expected["clicks"].sum() > 0 and (expected["entry_session"] >= 0).any() and not expected["entered"].all()
+    lean = sim.run(policy, keys[1], hyper=hypers[1], progress=False, keep_states=False)
+    assert lean.final_states is None
+    for result in (want, lean):
+        for name, values in expected.items():
+            got = getattr(result.perfect_docs, name)
+            assert got.dtype == values.dtype, name
+            np.testing.assert_array_equal(got, values, err_msg=name)
+    rates = [json.dumps(perfect_click_rates(sim, r, 4)) for r in (lean, want)]  # NaN (an empty bin) == NaN
+    assert rates[0] == rates[1] and '"rate": [NaN' not in rates[0]

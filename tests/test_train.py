@@ -213,3 +213,26 @@ def test_fit_passes_per_retrain_is_the_median_over_fitted_retrains():
     infos = [{"fit_passes": 1.0}, {"skipped": True}, {"fit_passes": 3.0}, {"fit_passes": 8.0}]
     assert fit_passes_per_retrain(infos) == 3.0
     assert fit_passes_per_retrain([{"skipped": True}]) is None and fit_passes_per_retrain([]) is None
+
+
+def test_stack_padded_equals_stacking_padded_examples():
+    """``stack_padded`` (what ``fit_members`` hands the device) equals ``np.stack`` of ``pad_examples`` per member,
+    with and without a ``weight`` column, empty members included."""
+    from ltrjax.models.train import pad_examples, stack_padded
+
+    rng = np.random.default_rng(0)
+    for weighted in (False, True):
+        sets = []
+        for n in (0, 5, 300):
+            d = {"features": rng.random((n, 3), dtype=np.float32), "c": rng.random(n).astype(np.float32)}
+            if weighted:
+                d["weight"] = rng.random(n).astype(np.float32)
+            sets.append(d)
+        for multiple, size in ((256, 300), (64, 512)):
+            padded = [pad_examples(d, multiple, size) for d in sets]
+            got = stack_padded(sets, multiple, size)
+            assert sorted(got) == sorted(padded[0])
+            for k in got:
+                want = np.stack([p[k] for p in padded])
+                assert got[k].dtype == want.dtype
+                np.testing.assert_array_equal(got[k], want, err_msg=k)

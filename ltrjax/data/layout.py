@@ -100,9 +100,49 @@ def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
     return widths
 
 
+PAD_BLOCK_BYTES = 1 << 26  # host bytes of one block of padded features on their way to the device (64 MiB)
+
+
+def _write_rows(out: jax.Array, rows: jax.Array, start: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_update_slice_in_dim(out, rows, start, axis=0)
+
+
+_write_rows_in_place = jax.jit(_write_rows, donate_argnums=0)
+
+
+def padded_features(features: np.ndarray, flat: np.ndarray, doc_mask: np.ndarray,
+                    block_bytes: int = PAD_BLOCK_BYTES) -> jax.Array:
+    """float32 ``[Qb, Db, F]`` device array: ``features[flat]`` where ``doc_mask``, else 0. Written into the device
+    buffer a block of queries at a time (at most ``block_bytes`` on the host, the buffer updated in place), so laying
+    out a dataset never holds more than its flat features, the padded ones and one block: a whole padded host copy
+    (and ``jnp.asarray``'s transient one) would add about twice the bucket (at MSLR-30K shape 3 GB)."""
+    n_queries, width = doc_mask.shape
+    n_features = features.shape[1]
+    rows = max(1, int(block_bytes) // max(width * n_features * 4, 1))
+    if rows >= n_queries:
+        return jax.device_put(np.where(doc_mask[..., None], features[flat], 0.0).astype(np.float32))
+    out = jnp.zeros((n_queries, width, n_features), jnp.float32)
+    for start in range(0, n_queries, rows):
+        stop = min(start + rows, n_queries)
+        block = np.zeros((rows, width, n_features), np.float32)  # one shape: the update compiles once
+        mask = doc_mask[start:stop]
+        block[:stop - start][mask] = features[flat[start:stop][mask]]
+        if stop - start < rows:  # the last block: its padding rows would run past the end, so start it earlier
+            block = np.concatenate([np.asarray(out[n_queries - rows:start]), block[:stop - start]])
+            start = n_queries - rows
+        out = _write_rows_in_place(out, block, np.int32(start)).block_until_ready()  # not a queue of blocks
+    return out
+
+
 def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_tolerance: float = 0.25,
-                   single_bucket_cells: int = 200_000, min_width: int = 1) -> PaddedDataset:
+                   single_bucket_cells: int = 200_000, min_width: int = 1, features: list | None = None
+                   ) -> PaddedDataset:
     """Split a ``QuerySet`` into padded buckets of queries of similar size.
+
+    ``features``: ``[matrix]``, the feature matrix handed over when ``qs`` carries a placeholder
+    (``QuerySet.without_features``): the list is emptied, and after each bucket (the one with the most documents
+    first) the rows still needed are kept in a smaller copy and the rest freed, so laying out never holds the whole
+    flat matrix and the whole padded one at once (at MSLR-30K shape 1.8 + 2.9 GB).
 
     A dataset whose one-bucket layout has at most ``single_bucket_cells`` [query, doc] cells stays
     one bucket: there padding costs less than compiling another bucket's programs. Every bucket is at
@@ -117,26 +157,35 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
         widths = widths[-1:]
     bucket_of_query = np.searchsorted(widths, sizes, side="left").astype(np.int32)
     row_of_query = np.zeros(len(sizes), np.int32)
-    buckets = []
-    for b, width in enumerate(widths):
-        members = np.flatnonzero(bucket_of_query == b)
-        row_of_query[members] = np.arange(len(members), dtype=np.int32)
-        n_docs = sizes[members]
+    members = [np.flatnonzero(bucket_of_query == b) for b in range(len(widths))]
+    for rows in members:
+        row_of_query[rows] = np.arange(len(rows), dtype=np.int32)
+    source = qs.features if features is None else features.pop()  # a handed-over matrix: freed bucket by bucket
+    doc_bucket = np.repeat(bucket_of_query, sizes)
+    position = np.arange(len(doc_bucket))  # original row -> its row in ``source``
+    # the bucket holding the most documents first: the sooner its rows leave ``source``, the lower the peak
+    order = [int(b) for b in np.argsort([-int(sizes[rows].sum()) for rows in members], kind="stable")]
+    buckets: list = [None] * len(widths)
+    for done, b in enumerate(order):
+        width, rows = widths[b], members[b]
+        n_docs = sizes[rows]
         doc_mask = np.arange(width)[None, :] < n_docs[:, None]
         # flat row index of every (query, slot); padded slots point at row 0 and are masked
-        flat = np.where(doc_mask, qs.query_offsets[members][:, None] + np.arange(width)[None, :], 0)
-        features = np.where(doc_mask[..., None], qs.features[flat], 0.0).astype(np.float32)
+        flat = np.where(doc_mask, qs.query_offsets[rows][:, None] + np.arange(width)[None, :], 0)
         labels = np.where(doc_mask, qs.labels[flat], 0).astype(np.int32)
-        buckets.append(
-            Bucket(
-                features=jnp.asarray(features),
-                labels=jnp.asarray(labels),
-                doc_mask=jnp.asarray(doc_mask),
-                n_docs=jnp.asarray(n_docs, jnp.int32),
-                split=jnp.asarray(qs.split[members], jnp.int32),
-                query_index=jnp.asarray(members, jnp.int32),
-            )
+        buckets[b] = Bucket(
+            features=padded_features(source, position[flat], doc_mask),
+            labels=jnp.asarray(labels),
+            doc_mask=jnp.asarray(doc_mask),
+            n_docs=jnp.asarray(n_docs, jnp.int32),
+            split=jnp.asarray(qs.split[rows], jnp.int32),
+            query_index=jnp.asarray(rows, jnp.int32),
         )
+        if features is not None and done + 1 < len(order):  # keep only the rows of the buckets still to lay out
+            alive = np.flatnonzero(np.isin(doc_bucket, order[done + 1:]))
+            source = source[position[alive]]  # the previous matrix is freed here (the only reference)
+            position = np.zeros(len(doc_bucket), np.int64)
+            position[alive] = np.arange(len(alive))
     return PaddedDataset(
         name=qs.name,
         buckets=tuple(buckets),

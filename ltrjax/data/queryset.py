@@ -60,6 +60,13 @@ class QuerySet:
     def docs_per_query(self) -> np.ndarray:
         return np.diff(self.query_offsets)
 
+    def without_features(self) -> "QuerySet":
+        """This query set with its feature matrix released: ``features`` becomes a read-only NaN placeholder of the
+        same shape that takes no memory, everything else stays. For a caller that has laid the features out
+        (``pad_and_bucket``) and reads only the rest (an online run: names, ids, splits; at MSLR-30K shape the flat
+        copy is 2 GB). The placeholder's NaNs make an accidental read fail loudly downstream rather than pass."""
+        return dataclasses.replace(self, features=np.broadcast_to(np.float32(np.nan), self.features.shape))
+
     def query_slice(self, i: int) -> slice:
         return slice(int(self.query_offsets[i]), int(self.query_offsets[i + 1]))
 

@@ -88,6 +88,24 @@ def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | No
     return out
 
 
+def stack_padded(sets: list[Mapping[str, np.ndarray]], multiple: int, size: int) -> dict[str, np.ndarray]:
+    """``np.stack`` of ``pad_examples(d, multiple, size)`` over every member's examples ``d``, written straight
+    into the stacked arrays (no padded copy per member on the way: at MSLR scale 33 MB per member and split)."""
+    size = max(multiple, -(-size // multiple) * multiple)
+    out = {k: np.zeros((len(sets), size) + sets[0][k].shape[1:], np.result_type(*(d[k] for d in sets)))
+           for k in sets[0] if k != "weight"}
+    out["weight"] = np.zeros((len(sets), size), np.float32)
+    for i, d in enumerate(sets):
+        n = _length(d)
+        if size < n:
+            raise ValueError(f"cannot pad {n} examples to {size}")
+        for k, v in d.items():
+            if k != "weight":
+                out[k][i, :n] = v
+        out["weight"][i, :n] = d["weight"] if "weight" in d else 1.0
+    return out
+
+
 def padded_size(n: int, capacity: int | None, smallest: int = 4096, cap: int | None = None) -> int:
     """Pad ``n`` examples to the next power of two (at least ``smallest``), at most ``capacity``; with an example
     ``cap`` (``FitConfig.max_examples``) and a known ``capacity``, to ``min(capacity, cap)`` whatever ``n``.
@@ -276,10 +294,11 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
     train_size = max(padded_size(_length(t), capacity[0], cap=cfg.max_examples) for t in trains)
     val_size = max(padded_size(_length(v), capacity[1], cap=cfg.max_examples) for v in vals)
-    stack = lambda ds: {k: np.stack([d[k] for d in ds]) for k in ds[0]}  # noqa: E731
-    train = stack([pad_examples(t, cfg.batch_size, train_size) for t in trains])
-    val = stack([pad_examples(v, cfg.batch_size, val_size) for v in vals])
+    # on the device at once (the host arrays, [members, examples, features], are freed before the fit runs)
+    train = jax.device_put(stack_padded(trains, cfg.batch_size, train_size))
+    val = jax.device_put(stack_padded(vals, cfg.batch_size, val_size))
     new, info = jax.device_get(member_fit.batched(params, train, val, keys))
+    del train, val
     trained = np.asarray(n_train) >= cfg.min_examples
     # on the host: the parameters are small, and each eager jnp op would be a program to compile
     new = jax.tree_util.tree_map(lambda a, b: np.where(trained.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new,

@@ -127,6 +127,36 @@ class SimConfig:
         return (segment + 1) % per == 0 and segment < self.n_segments - 1
 
 
+class PerfectDocs(NamedTuple):
+    """A trial's final state of its perfect documents (label = y_max; real documents of every bucket, in bucket
+    order and row-major dataset order): what ``ltrjax.measure.perfect_click_rates`` reads (UCBRank Fig. 1). A few
+    percent of the documents, so a run keeps it for every member instead of the whole final state."""
+
+    doc_query: np.ndarray  # i32 global query of each document
+    clicks: np.ndarray  # f32 raw clicks
+    entry_session: np.ndarray  # i32 global session index at which it entered (-1: initial)
+    entered: np.ndarray  # bool whether it has entered
+
+
+def perfect_documents(data: PaddedDataset, states) -> PerfectDocs:
+    """``PerfectDocs`` of one member's final ``states`` (per bucket, host or device arrays): the counters and entry
+    sessions put back into dataset order (``state.to_dataset_order``, here a NumPy gather) at the perfect documents."""
+    parts = []
+    for bucket, state in zip(data.buckets, states):
+        perfect = np.asarray(bucket.doc_mask) & (np.asarray(bucket.labels) == data.y_max)
+        rank = np.asarray(state.rank)[:-1]
+
+        def at_perfect(entry_order, rank=rank, perfect=perfect):
+            return np.take_along_axis(np.asarray(entry_order)[:-1], rank, axis=1)[perfect]
+
+        entered = np.arange(rank.shape[1])[None, :] < np.asarray(state.n_entered)[:, None]
+        parts.append(PerfectDocs(
+            doc_query=np.broadcast_to(np.asarray(bucket.query_index)[:, None], perfect.shape)[perfect],
+            clicks=at_perfect(state.counters.clicks), entry_session=at_perfect(state.entry_session),
+            entered=at_perfect(entered)))
+    return PerfectDocs(*(np.concatenate(leaves) for leaves in zip(*parts)))
+
+
 @dataclasses.dataclass
 class TrialResult:
     """Everything a trial measured (host arrays)."""
@@ -139,7 +169,8 @@ class TrialResult:
     cum_ndcg: dict[str, float]  # per split
     train_info: list[dict]
     timings: dict[str, float]
-    final_states: tuple[BucketState, ...] | None = None
+    final_states: tuple[BucketState, ...] | None = None  # None when the run did not keep them (``keep_states``)
+    perfect_docs: PerfectDocs | None = None
     logs: list[SessionLog] | None = None
     query_ndcg: dict[str, np.ndarray] | None = None  # final per-query "warm"/"cold" NDCG@K [n_queries]
     warmup_query: np.ndarray | None = None  # i32 [n_warm] query of every warm-up session
@@ -263,16 +294,11 @@ def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
     return max(1, int(round(data.n_queries * max(mean_docs - 5.0, 1.0) / entry_prob)))
 
 
-@jax.jit
-def _take_members(tree, index):
-    """Every leaf's rows ``index`` (the members' copies of their trials' states), one program for the whole tree."""
-    return jax.tree_util.tree_map(lambda a: a[index], tree)
-
-
-@jax.jit
-def _dataset_order_views(states):
-    """Per bucket, every member's counters and entered mask in dataset order (a retrain's inputs), one program."""
-    return (tuple(jax.vmap(counters_in_dataset_order)(s) for s in states),
+@functools.partial(jax.jit, static_argnames="names")
+def _dataset_order_views(states, names):
+    """Per bucket, every member's counters ``names`` (the others None) and entered mask in dataset order (a
+    retrain's inputs), one program."""
+    return (tuple(jax.vmap(functools.partial(counters_in_dataset_order, names=names))(s) for s in states),
             tuple(jax.vmap(entered_mask)(s) for s in states))
 
 
@@ -318,6 +344,18 @@ def pad_to_devices(keys: list, hypers: list, n_devices: int) -> tuple[list, list
         pad = n_devices - len(keys) % n_devices
         return keys + [keys[-1]] * pad, hypers + [hypers[-1]] * pad
     return keys, hypers
+
+
+def per_member(box: list, trial_of: np.ndarray):
+    """Every member's copy (``[M, ...]`` leaves, ``leaf[trial_of]``) of the per-trial pytree (``[T, ...]`` leaves) in
+    the one-element list ``box``, which it empties: each trial leaf is dropped once its member leaf exists, so the
+    expansion holds the members' copies and one trial leaf, not both whole trees (at MSLR-30K shape a state is 0.2 GB
+    per trial or member)."""
+    leaves, treedef = jax.tree_util.tree_flatten(box.pop())
+    out = []
+    while leaves:
+        out.append(leaves.pop(0)[trial_of])
+    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> np.ndarray:
@@ -437,6 +475,26 @@ def available_memory() -> int:
     except OSError:
         pass
     return physical_memory() // 4
+
+
+@functools.lru_cache(maxsize=None)
+def _malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
+        return None
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim``; elsewhere nothing). A retrain's counters
+    and examples, a segment's outputs and XLA's compile-time buffers are freed into the heap, which glibc keeps
+    (measured: ~0.5 GB after a retrain at MSLR-30K shape) and the process's resident memory and peak count; called
+    after the warm-up, every retrain and every chunk, and after the data is laid out."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class Simulator:
@@ -692,17 +750,20 @@ class Simulator:
 
     # ------------------------------------------------------------------ running
     def run(self, policy: Policy, key: jax.Array, *, hyper=None, progress: bool = True,
-            keep_logs: bool = False) -> TrialResult:
+            keep_logs: bool = False, keep_states: bool = True) -> TrialResult:
         """One trial of ``policy`` (a population of one member)."""
-        return self.run_population(policy, [key], [hyper], progress=progress, keep_logs=keep_logs)[0]
+        return self.run_population(policy, [key], [hyper], progress=progress, keep_logs=keep_logs,
+                                   keep_states=keep_states)[0]
 
     def run_population(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None, *,
-                       progress: bool = True, keep_logs: bool = False, max_members: int | None = None
-                       ) -> list[TrialResult]:
+                       progress: bool = True, keep_logs: bool = False, max_members: int | None = None,
+                       keep_states: bool = True) -> list[TrialResult]:
         """Run every member ``(keys[i], hypers[i])`` of ``policy``; members with equal keys share their trial's
         session plan and click draws. ``hypers[i]`` is None (the configured values), a {name: value} dict
         or a ``policy.Hyper``. Returns one ``TrialResult`` per member, in order; identical to running the
-        members one by one. Populations larger than ``chunk_size`` run chunk by chunk."""
+        members one by one. Populations larger than ``chunk_size`` run chunk by chunk. ``keep_states=False``
+        leaves ``final_states`` out of the results (every counter of every document: at MSLR-30K shape ~0.2 GB per
+        member, held until the caller drops the results); ``perfect_docs`` is always there."""
         keys = list(keys)
         hypers = resolve_hypers(policy, hypers, len(keys))
         size = self.chunk_size(len(keys), max_members, policy)
@@ -715,7 +776,8 @@ class Simulator:
             if start and n_real < size:  # a short last chunk: pad with copies of its last member, one shape
                 chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
                 chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
-            results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs)[:n_real]
+            results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs, keep_states)[:n_real]
+            release_free_heap()
             if start == 0 and len(keys) > size:
                 spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
                 left = spent * (len(keys) - size) / size
@@ -971,11 +1033,12 @@ class Simulator:
                        for m in ("warm", "cold")} for i, name in enumerate(SPLITS)}
 
     def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
-        counters, entered = jax.device_get(_dataset_order_views(tuple(states)))
+        names = tuple(n for n in STAT_NAMES if n in policy.retrain_counters or n == "impressions")
+        counters, entered = jax.device_get(_dataset_order_views(tuple(states), names))
         return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
-    def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool
-                     ) -> list[TrialResult]:
+    def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool,
+                     keep_states: bool = True) -> list[TrialResult]:
         """One population through the protocol: the warm-up, an optional retrain after it, the main phase
         segment by segment (``_refresh`` before each, ``_after_segment`` after it), then one ``TrialResult`` per
         real member (the members padded to a multiple of the device count are dropped)."""
@@ -1000,7 +1063,7 @@ class Simulator:
                                             before=functools.partial(self._refresh, run),
                                             after=functools.partial(self._after_segment, run), timings=timings)
         run.bar.close()
-        return self._trial_results(run, draws, params, states, n_real)
+        return self._trial_results(run, draws, params, states, n_real, keep_states)
 
     def _warm_up(self, trials: list[TrialKeys], trial_of: np.ndarray, draws: list, timings: dict) -> list:
         """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member."""
@@ -1015,8 +1078,12 @@ class Simulator:
             _, initial = self._run_segments(warm_policy, warm_params, warm_hyper, initial, [warmups],
                                             [self.plan(warmups, phase="warmup")], [t.run for t in trials], every,
                                             [self.reachable_widths(warmups)])
-        # one copy per member: one program for every bucket (nothing to copy when every member is its own trial)
-        states = list(initial) if np.array_equal(trial_of, np.arange(len(trials))) else _take_members(initial, trial_of)
+        # one copy per member, leaf by leaf (nothing to copy when every member is its own trial)
+        if np.array_equal(trial_of, np.arange(len(trials))):
+            states = list(initial)
+        else:
+            states = [per_member([initial.pop(0)], trial_of) for _ in range(len(initial))]
+        release_free_heap()
         timings["simulate"] += time.perf_counter() - tic
         return states
 
@@ -1079,14 +1146,16 @@ class Simulator:
             params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
                                           run.hyper, states, [concat_logs(p) for p in run.pending])
             params = self._shard(params)
+            release_free_heap()
             run.timings["train"] += time.perf_counter() - tic
             for acc, info in zip(run.train_info, infos):
                 acc.append(info)
         run.pending = [[] for _ in range(len(run.trial_of))]
         return params
 
-    def _trial_results(self, run: MainPhase, draws: list, params, states, n_real: int) -> list[TrialResult]:
-        """One ``TrialResult`` per real member (host arrays)."""
+    def _trial_results(self, run: MainPhase, draws: list, params, states, n_real: int, keep_states: bool = True
+                       ) -> list[TrialResult]:
+        """One ``TrialResult`` per real member (host arrays; ``final_states`` only with ``keep_states``)."""
         cfg = self.config
         results = []
         final_states = jax.device_get(states)
@@ -1099,7 +1168,9 @@ class Simulator:
             results.append(TrialResult(
                 session_ndcg=run.session_ndcg[m], session_split=split, session_query=main.query,
                 eval_points=run.points, eval_history=run.history[m], cum_ndcg=cum, train_info=run.train_info[m],
-                timings={**run.timings, "members": n_real}, final_states=tuple(member(s, m) for s in final_states),
+                timings={**run.timings, "members": n_real},
+                final_states=tuple(member(s, m) for s in final_states) if keep_states else None,
+                perfect_docs=perfect_documents(self.data, [member(s, m) for s in final_states]),
                 logs=run.logs[m] if run.logs is not None else None,
                 query_ndcg={k: v[m] for k, v in run.per_query.items()},
                 warmup_query=warm_query if self.warmup_policy is not None else warm_query[:0],

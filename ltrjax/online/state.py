@@ -120,8 +120,10 @@ def to_dataset_order(values: jax.Array, state: BucketState) -> jax.Array:
     return jnp.take_along_axis(values[:-1], state.rank[:-1], axis=1)
 
 
-def counters_in_dataset_order(state: BucketState) -> DocCounters:
-    return jax.tree_util.tree_map(lambda a: to_dataset_order(a, state), state.counters)
+def counters_in_dataset_order(state: BucketState, names: tuple[str, ...] = STAT_NAMES) -> DocCounters:
+    """The counters ``names`` in dataset order (``[Qb, Db]`` each); the others None."""
+    return DocCounters(**{name: to_dataset_order(getattr(state.counters, name), state) if name in names else None
+                          for name in STAT_NAMES})
 
 
 def entered_mask(state: BucketState) -> jax.Array:

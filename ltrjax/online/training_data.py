@@ -13,12 +13,13 @@ from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TRAIN, VALI
 from ltrjax.models.train import key_seed, subset_indices
 from ltrjax.online.policies.base import member
-from ltrjax.online.state import DocCounters
+from ltrjax.online.state import STAT_NAMES, DocCounters
 
 
 def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, split: int,
                       min_impressions: float, limit: int | None = None, seed=None) -> dict[str, np.ndarray]:
-    """Features and counters of entered documents of ``split`` queries with n > min_impressions.
+    """Features and counters of entered documents of ``split`` queries with n > min_impressions (the counters that
+    are not None in ``counters``).
 
     With ``limit``, at most that many of them (``subset_indices``, as ``ltrjax.models.train.subsample``
     chooses them from the full collection), chosen before any feature is gathered.
@@ -41,12 +42,12 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
         if not keep.any():
             continue
         parts.setdefault("features", []).append(np.asarray(bucket.features)[keep])
-        for name in ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum"):
-            parts.setdefault(name, []).append(np.asarray(getattr(c, name))[keep])
+        for name in STAT_NAMES:
+            if getattr(c, name) is not None:  # a retrain brings only the counters its policy reads
+                parts.setdefault(name, []).append(np.asarray(getattr(c, name))[keep])
     if not parts:
         return {"features": np.zeros((0, data.n_features), np.float32),
-                **{k: np.zeros((0,), np.float32) for k in
-                   ("clicks", "ips_clicks", "impressions", "exposure", "alpha_sum", "beta_sum")}}
+                **{k: np.zeros((0,), np.float32) for k in STAT_NAMES if getattr(counters[0], k) is not None}}
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 

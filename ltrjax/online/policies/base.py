@@ -37,7 +37,7 @@ from flax import struct
 from ltrjax.constraints import ConfigError, check_value, field_checks
 
 from ltrjax.data.layout import Bucket, PaddedDataset
-from ltrjax.online.state import DocCounters
+from ltrjax.online.state import STAT_NAMES, DocCounters
 
 Params = Any
 Aux = Any
@@ -119,6 +119,9 @@ class Policy:
     # ``test_scores`` is ``scores_from_prepared(prepare(params, bucket), counters, warm)``: evaluation after a segment
     # reuses the segment's ``prepare`` output (same frozen parameters) instead of computing it again
     test_from_prepare: bool = False
+    # the counters (``STAT_NAMES``) that ``update``/``update_population`` read: a retrain brings only these to the
+    # host in dataset order (the others are None), ``impressions`` always (the example filter)
+    retrain_counters: tuple[str, ...] = STAT_NAMES
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()

@@ -239,6 +239,11 @@ class EBRank(Policy):
         """Every member's alpha in member blocks (one product per block over the shared features)."""
         return self.population_alpha(params, bucket.features)
 
+    @property
+    def retrain_counters(self) -> tuple[str, ...]:
+        """The counters of the chosen statistic (``beta_statistics``); impressions filter the examples."""
+        return ("clicks", "exposure") if self.statistic == "exposure" else ("ips_clicks", "impressions", "exposure")
+
     def _stats(self, counters: DocCounters):
         return beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
                                counters.exposure)
@@ -266,8 +271,8 @@ class EBRank(Policy):
         return prior_nll(alpha, self.beta, batch["c"], batch["n"], self.clamp)
 
     def _examples(self, docs: dict) -> dict:
-        c, n, _ = beta_statistics(self.statistic, docs["clicks"], docs["ips_clicks"], docs["impressions"],
-                                  docs["exposure"])
+        c, n, _ = beta_statistics(self.statistic, *(docs.get(k) for k in ("clicks", "ips_clicks", "impressions",
+                                                                          "exposure")))  # only those it reads
         return {"features": docs["features"].astype(np.float32), "c": c.astype(np.float32),
                 "n": n.astype(np.float32)}
 
