@@ -19,7 +19,11 @@ jax.config.update(
     "jax_compilation_cache_dir",
     os.environ.get("LTRJAX_TEST_XLA_CACHE", os.path.expanduser("~/.cache/ltrjax/xla-tests")),
 )
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# Every program is written, however fast it compiles (as ltrjax.compile_cache does for runs): at O0 most programs
+# compile in under 0.5 s, and the same program is built again by the other xdist worker and by every test that
+# builds its own Simulator or policy; at 0 those later builds read it back from disk.
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture
