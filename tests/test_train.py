@@ -55,11 +55,10 @@ def test_lbfgs_members_fit_independently():
         np.testing.assert_allclose(np.asarray(both["w"][i]), np.asarray(one["w"][0]), rtol=1e-5, atol=1e-6)
 
 
-def test_capped_fits_pad_to_one_shape_and_equal_the_power_of_two_padding():
-    """With an example cap and known split capacities every retrain pads to min(capacity, cap), one compiled shape
-    per run; the fit is the one padded to the next power of two, bit for bit (padding has weight 0, shuffled last)."""
-    assert padded_size(100, 5000, cap=65536) == 5000 and padded_size(9000, 10**7, cap=65536) == 65536
-    assert padded_size(100, 10**7) == 4096 and padded_size(9000, 10**7) == 16384  # no cap: powers of two
+def test_fits_do_not_depend_on_their_padding():
+    """Examples padded to the split capacity (1000 / 700 rows) and to the next power of two (4096) give the same fit,
+    bit for bit (padding has weight 0 and is shuffled last)."""
+    assert padded_size(100, 10**7) == 4096 and padded_size(9000, 10**7) == 16384 and padded_size(100, 1000) == 1000
     train, val = regression(300, seed=6), regression(200, seed=7)
     fit = MemberFit(linear_loss, FitConfig(max_epochs=4, patience=1, batch_size=64, max_examples=10_000))
     key = jax.random.PRNGKey(2)[None]

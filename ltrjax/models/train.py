@@ -106,19 +106,14 @@ def stack_padded(sets: list[Mapping[str, np.ndarray]], multiple: int, size: int)
     return out
 
 
-def padded_size(n: int, capacity: int | None, smallest: int = 4096, cap: int | None = None) -> int:
-    """Pad ``n`` examples to the next power of two (at least ``smallest``), at most ``capacity``; with an example
-    ``cap`` (``FitConfig.max_examples``) and a known ``capacity``, to ``min(capacity, cap)`` whatever ``n``.
+def padded_size(n: int, capacity: int | None, smallest: int = 4096) -> int:
+    """Pad ``n`` examples to the next power of two (at least ``smallest``), at most ``capacity``.
 
     Every epoch shuffles and validates the whole padded array, so padding to the split's capacity
     (millions of documents on MSLR-30K) would make each epoch cost the capacity, not the data; powers
-    of two keep the shapes — and compilations — to a handful per run. Under a cap no fit ever sees more than
-    ``cap`` examples, so one shape serves the whole run: one compiled fit instead of one per power of two (each
-    costs seconds to compile; the padding costs one sort and one validation pass per epoch, and the fit does not
-    change: padding has weight 0 and is shuffled after the real examples).
+    of two keep the shapes — and compilations — to a handful per run. (Padding every capped fit to
+    ``min(capacity, max_examples)``, one shape per run, was measured and dropped: docs/performance.md.)
     """
-    if cap is not None and capacity is not None:
-        return max(n, min(capacity, cap))
     size = max(smallest, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
     return max(n, min(size, capacity)) if capacity is not None else size
 
@@ -277,9 +272,8 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
 
     ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's
     examples (host arrays). Each member early-stops on its validation loss, or on its training loss
-    while it has no validation examples yet; all members are padded to one size (``padded_size``: a power of two
-    capped at ``capacity``, the most examples a split can hold, so a run compiles a handful of shapes; with
-    ``max_examples`` set, ``min(capacity, max_examples)``: one shape for the whole run). A
+    while it has no validation examples yet; all members are padded to one power-of-two size capped
+    at ``capacity`` (the most examples a split can hold), so a run compiles a handful of shapes. A
     member with fewer than ``min_examples`` training examples is skipped: its parameters are kept.
     With ``max_examples`` set, each member fits on a random subset of at most that many training and
     validation examples (seeded by its key). Non-finite parameters are refused.
@@ -292,8 +286,8 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
         trains = [subsample(t, cfg.max_examples, s + [0]) for t, s in zip(trains, seeds)]
         vals = [subsample(v, cfg.max_examples, s + [1]) for v, s in zip(vals, seeds)]
     vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
-    train_size = max(padded_size(_length(t), capacity[0], cap=cfg.max_examples) for t in trains)
-    val_size = max(padded_size(_length(v), capacity[1], cap=cfg.max_examples) for v in vals)
+    train_size = max(padded_size(_length(t), capacity[0]) for t in trains)
+    val_size = max(padded_size(_length(v), capacity[1]) for v in vals)
     # on the device at once (the host arrays, [members, examples, features], are freed before the fit runs)
     train = jax.device_put(stack_padded(trains, cfg.batch_size, train_size))
     val = jax.device_put(stack_padded(vals, cfg.batch_size, val_size))
