@@ -214,9 +214,20 @@ def test_fit_passes_per_retrain_is_the_median_over_fitted_retrains():
     assert fit_passes_per_retrain([{"skipped": True}]) is None and fit_passes_per_retrain([]) is None
 
 
+def padded_by_concatenation(arrays, multiple, size):
+    """The plain reference: every array concatenated with zeros up to ``size`` rounded to ``multiple``, ``weight``
+    (given or 1) then zeros."""
+    n = len(next(iter(arrays.values())))
+    size = max(multiple, -(-size // multiple) * multiple)
+    out = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in arrays.items()}
+    out["weight"] = np.concatenate([arrays.get("weight", np.ones(n, np.float32)), np.zeros(size - n, np.float32)])
+    return out
+
+
 def test_stack_padded_equals_stacking_padded_examples():
-    """``stack_padded`` (what ``fit_members`` hands the device) equals ``np.stack`` of ``pad_examples`` per member,
-    with and without a ``weight`` column, empty members included."""
+    """``stack_padded`` (what ``fit_members`` hands the device) and its one-member case ``pad_examples`` equal
+    ``np.stack`` of plainly concatenated padding per member, with and without a ``weight`` column, empty members
+    included; padding to fewer rows than a member has is refused."""
     from ltrjax.models.train import pad_examples, stack_padded
 
     rng = np.random.default_rng(0)
@@ -228,10 +239,20 @@ def test_stack_padded_equals_stacking_padded_examples():
                 d["weight"] = rng.random(n).astype(np.float32)
             sets.append(d)
         for multiple, size in ((256, 300), (64, 512)):
-            padded = [pad_examples(d, multiple, size) for d in sets]
+            padded = [padded_by_concatenation(d, multiple, size) for d in sets]
             got = stack_padded(sets, multiple, size)
             assert sorted(got) == sorted(padded[0])
             for k in got:
                 want = np.stack([p[k] for p in padded])
                 assert got[k].dtype == want.dtype
                 np.testing.assert_array_equal(got[k], want, err_msg=k)
+            for d, p in zip(sets, padded):
+                one = pad_examples(d, multiple, size)
+                assert sorted(one) == sorted(p)
+                for k in one:
+                    assert one[k].dtype == p[k].dtype
+                    np.testing.assert_array_equal(one[k], p[k], err_msg=k)
+    with pytest.raises(ValueError, match="cannot pad 70 examples to 65"):
+        pad_examples({"c": np.zeros(70, np.float32)}, 8, 65)
+    with pytest.raises(ValueError, match="cannot pad 70 examples to 65"):
+        stack_padded([{"c": np.zeros(70, np.float32)}], 8, 65)

@@ -78,27 +78,22 @@ def pad_examples(arrays: Mapping[str, np.ndarray], multiple: int, size: int | No
     n = len(next(iter(arrays.values())))
     if size is None:
         size = max(multiple, 1 << max(0, int(np.ceil(np.log2(max(n, 1))))))
-    if size < n:
-        raise ValueError(f"cannot pad {n} examples to {size}")
-    size = max(multiple, -(-size // multiple) * multiple)
-    out = {k: np.concatenate([v, np.zeros((size - n,) + v.shape[1:], v.dtype)]) for k, v in arrays.items()}
-    weight = np.zeros(size, np.float32)
-    weight[:n] = arrays.get("weight", np.ones(n, np.float32))
-    out["weight"] = weight
-    return out
+    return {k: v[0] for k, v in stack_padded([arrays], multiple, size).items()}
 
 
 def stack_padded(sets: list[Mapping[str, np.ndarray]], multiple: int, size: int) -> dict[str, np.ndarray]:
-    """``np.stack`` of ``pad_examples(d, multiple, size)`` over every member's examples ``d``, written straight
-    into the stacked arrays (no padded copy per member on the way: at MSLR scale 33 MB per member and split)."""
+    """Every member's examples ``d`` padded to ``size`` (rounded up to a multiple of ``multiple``; ``weight`` added, 0 =
+    padding) and stacked on a new leading axis, written straight into the stacked arrays (no padded copy per member on
+    the way: at MSLR scale 33 MB per member and split). ``pad_examples`` is its one-member case."""
+    longest = max(_length(d) for d in sets)
+    if size < longest:
+        raise ValueError(f"cannot pad {longest} examples to {size}")
     size = max(multiple, -(-size // multiple) * multiple)
     out = {k: np.zeros((len(sets), size) + sets[0][k].shape[1:], np.result_type(*(d[k] for d in sets)))
            for k in sets[0] if k != "weight"}
     out["weight"] = np.zeros((len(sets), size), np.float32)
     for i, d in enumerate(sets):
         n = _length(d)
-        if size < n:
-            raise ValueError(f"cannot pad {n} examples to {size}")
         for k, v in d.items():
             if k != "weight":
                 out[k][i, :n] = v
