@@ -30,3 +30,29 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 def private_cache(tmp_path, monkeypatch):
     """A fresh LETOR cache directory for one test (no hits from earlier runs)."""
     monkeypatch.setenv("LTRJAX_CACHE", str(tmp_path / "cache"))
+
+
+# --------------------------------------------------------------------------- opt-in compile log
+# LTRJAX_TEST_COMPILE_LOG=FILE: every JAX trace / lower / backend-compile event of the run, one JSON line each with
+# the test that caused it (appended by every xdist worker), to find where a cold suite spends its compile time.
+_COMPILE_LOG = os.environ.get("LTRJAX_TEST_COMPILE_LOG")
+_CURRENT_TEST = ["(collection)"]
+
+if _COMPILE_LOG:
+    import json
+
+    def _log_compile_event(event: str, duration: float, fun_name: str = "?", **_):
+        if event.startswith("/jax/core/compile/"):
+            with open(_COMPILE_LOG, "a") as f:
+                f.write(json.dumps({"test": _CURRENT_TEST[0], "event": event.rsplit("/", 1)[-1],
+                                    "fun": str(fun_name), "seconds": round(float(duration), 4)}) + "\n")
+
+    jax.monitoring.register_event_duration_secs_listener(_log_compile_event)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        _CURRENT_TEST[0] = item.nodeid
+        try:
+            return (yield)
+        finally:
+            _CURRENT_TEST[0] = "(between tests)"
