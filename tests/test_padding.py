@@ -7,15 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-from ltrjax import clicks
 from ltrjax.data.layout import pad_and_bucket
-from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
                                     width_ladder)
-from ltrjax.online.simulator import SimConfig, Simulator, class_rungs, fitted_lanes
+from ltrjax.online.simulator import Simulator, class_rungs, fitted_lanes
 from ltrjax.data.toy import toy_queryset
+from tests.toy_sims import EBRANK_HYPERS, KEYS, wide_ebrank_run, wide_sim
 
 
 def test_entered_counts_by_hand():
@@ -84,12 +82,7 @@ def test_fitted_lanes_are_the_fewest_that_fit():
 
 @pytest.fixture(scope="module")
 def sim():
-    qs = toy_queryset(n_queries=24, n_features=4, docs=(40, 90), y_max=2, seed=5, recipe="latent")
-    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
-    config = SimConfig(sessions=600, warmup_sessions_per_query=2, n_updates=4, entry_prob=0.5, min_lanes=16,
-                       lanes_per_query=0.5)
-    return Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), config,
-                     warmup_policy=BM25(data))
+    return wide_sim()
 
 
 def ladder(sim):
@@ -108,18 +101,18 @@ def test_phase_widths_are_one_per_phase(sim):
 
 def test_ladder_widths_give_the_same_run(sim):
     """Per-segment ladder widths change only how many padded slots are scanned: shown lists, clicks and NDCG equal
-    the default's (one width per phase) on the same key."""
-    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
-    key = jax.random.PRNGKey(11)
-    want = sim.run(policy, key, progress=False, keep_logs=True)
+    the default's (one width per phase) on the same keys, member by member."""
+    policy, want = wide_ebrank_run()
     tight = ladder(sim)
-    got = tight.run(policy, key, progress=False, keep_logs=True)
+    got = tight.run_population(policy, list(KEYS), list(EBRANK_HYPERS), progress=False, keep_logs=True)
     assert tight.width_shapes() > 1  # it did use several width sets
-    for a, b in zip(got.logs, want.logs):
-        np.testing.assert_array_equal(a.shown, b.shown)
-        np.testing.assert_array_equal(a.clicks, b.clicks)
-    np.testing.assert_array_equal(got.session_ndcg, want.session_ndcg)
-    np.testing.assert_equal(got.eval_history, want.eval_history)
+    assert len(got) == len(want) == len(KEYS)
+    for g, w in zip(got, want):
+        for a, b in zip(g.logs, w.logs):
+            np.testing.assert_array_equal(a.shown, b.shown)
+            np.testing.assert_array_equal(a.clicks, b.clicks)
+        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
+        np.testing.assert_equal(g.eval_history, w.eval_history)
 
 
 @pytest.mark.parametrize("learner, click_rng", [("ebrank", "host"), ("ebrank", "device"), ("pdgd", "host")])
@@ -129,19 +122,23 @@ def test_class_widths_give_the_same_run(sim, learner, click_rng):
     trials gives the shown lists, clicks, NDCG and evaluations of the default, each member as alone; the plans scan
     fewer slots. With clicks drawn on the device (``sim.click_rng=device``) too, and for PDGD, a policy that scans
     every slot (no ``narrow_rows``) and learns from its ``session_record`` in session order."""
+    keys = list(KEYS)
     if learner == "ebrank":
-        policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
+        policy, want = wide_ebrank_run()  # the default on the host: the run the other tests here read
+        hypers = list(EBRANK_HYPERS)
     else:
-        policy = PDGD(sim.data)
+        policy, hypers = PDGD(sim.data), None
         assert not policy.narrow_rows
-    keys = [jax.random.PRNGKey(11), jax.random.PRNGKey(12)]
-    phase = Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, click_rng=click_rng),
-                      warmup_policy=sim.warmup_policy)
-    want = phase.run_population(policy, keys, progress=False, keep_logs=True)
+    assert sim.config.click_rng == "host" and sim.config.segment_widths == "phase"
+    if learner != "ebrank" or click_rng != "host":
+        phase = Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, click_rng=click_rng),
+                          warmup_policy=sim.warmup_policy)
+        want = phase.run_population(policy, keys, hypers, progress=False, keep_logs=True)
     classes = Simulator(sim.data, sim.click_model,
                         dataclasses.replace(sim.config, segment_widths="classes", click_rng=click_rng),
                         warmup_policy=sim.warmup_policy)
-    got = classes.run_population(policy, keys, progress=False, keep_logs=True)
+    got = classes.run_population(policy, keys, hypers, progress=False, keep_logs=True)
+    assert len(got) == len(want) == len(keys)
     assert classes.width_shapes() == 1
     for g, w in zip(got, want):
         for a, b in zip(g.logs, w.logs):
@@ -184,25 +181,26 @@ def test_segment_widths_cover_every_entered_document(sim):
 def test_fitted_lanes_raise_occupancy_and_keep_results(sim):
     """The plans' lanes fit each bucket's sessions per step (no bucket keeps the configured minimum when it needs
     fewer), the occupancy is a fraction, and a run is unchanged by the lane count (same shown lists and NDCG as
-    with every configured lane)."""
-    policy = EBRank(sim.data, min_impressions=0, fit={"max_epochs": 2, "patience": 1, "min_examples": 1})
-    key = jax.random.PRNGKey(7)
-    occupancy = sim.doc_slot_occupancy(policy, [key])
+    with every configured lane, member by member)."""
+    policy, got = wide_ebrank_run()
+    keys, hypers = list(KEYS), list(EBRANK_HYPERS)
+    occupancy = sim.doc_slot_occupancy(policy, keys)
     assert 0 < occupancy <= 1
     lanes = sim._lanes["main"]
     assert all(1 <= f <= n for f, n in zip(lanes, sim.n_lanes)) and lanes != sim.n_lanes
-    got = sim.run(policy, key, progress=False, keep_logs=True)
     wide = Simulator(sim.data, sim.click_model, sim.config, warmup_policy=sim.warmup_policy)
     wide._lanes["main"] = wide.n_lanes  # the configured lanes, as before fitting
     wide._steps["main"] = 10_000
-    want = wide.run(policy, key, progress=False, keep_logs=True)
+    want = wide.run_population(policy, keys, hypers, progress=False, keep_logs=True)
     assert wide._lanes["main"] == wide.n_lanes
-    for a, b in zip(got.logs, want.logs):
-        np.testing.assert_array_equal(a.shown, b.shown)
-        np.testing.assert_array_equal(a.clicks, b.clicks)
-    np.testing.assert_array_equal(got.session_ndcg, want.session_ndcg)
-    assert got.cum_ndcg == want.cum_ndcg
-    np.testing.assert_equal(got.eval_history, want.eval_history)  # NaN (splits not evaluated) equal NaN
+    assert len(got) == len(want) == len(keys)
+    for g, w in zip(got, want):
+        for a, b in zip(g.logs, w.logs):
+            np.testing.assert_array_equal(a.shown, b.shown)
+            np.testing.assert_array_equal(a.clicks, b.clicks)
+        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
+        assert g.cum_ndcg == w.cum_ndcg
+        np.testing.assert_equal(g.eval_history, w.eval_history)  # NaN (splits not evaluated) equal NaN
 
 
 def test_padded_features_block_by_block_equal_one_copy():

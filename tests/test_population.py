@@ -10,32 +10,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ltrjax import clicks
-from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import step as step_lib
-from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.dbgd import MGD
 from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.policies.ucbrank import UCBRank
-from ltrjax.online.simulator import SPLITS, SimConfig, Simulator, compiled
+from ltrjax.online.simulator import SPLITS, Simulator, compiled
 from ltrjax.online.state import to_entry_order
-from ltrjax.data.toy import toy_queryset
+from tests import toy_sims
 
-# 6 refreshes, 3 models: retrains after segments 1 and 3, refreshes without a retrain in between
-CONFIG = SimConfig(sessions=360, warmup_sessions_per_query=2, n_updates=3, refreshes=6, entry_prob=0.5,
-                   min_lanes=4, lanes_per_query=0.3)
+CONFIG = toy_sims.SMALL_CONFIG  # 6 refreshes, 3 models (retrains after segments 1 and 3)
 KEYS = (jax.random.PRNGKey(1), jax.random.PRNGKey(2))
 ATOL = 1e-5  # float metrics; shown lists, clicks and counters must be equal
 
 
 @pytest.fixture(scope="module")
 def sim():
-    qs = toy_queryset(n_queries=30, n_features=4, docs=(6, 24), y_max=2, seed=3, recipe="latent")
-    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
-    assert len(data.buckets) == 2  # members' plans differ per bucket too
-    return Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
-                     warmup_policy=BM25(data))
+    return toy_sims.small_sim()
 
 
 def grid(hypers):
@@ -114,7 +105,7 @@ def check_population(sim, policy, keys, hypers, solo, max_members=None):
 @pytest.fixture(scope="module")
 def ebrank(sim):
     """EBRank, 2 trials x 3 epsilons (None = the configured 20, a dict, a typed ``EBRankHyper``), run alone."""
-    policy = EBRank(sim.data, epsilon=20.0, min_impressions=2, fit={"max_epochs": 5, "batch_size": 32})
+    policy = toy_sims.small_ebrank(sim.data)
     keys, hypers, solo = solo_runs(sim, policy, [{"epsilon": 0.0}, None, policy.make_hyper(epsilon=200.0)])
     assert all(float(r.hyper.epsilon) == e for r, e in zip(solo, [0.0, 20.0, 200.0] * 2))
     assert all(sum(not i.get("skipped") for i in r.train_info) >= 1 for r in solo)  # the priors retrained
@@ -162,16 +153,18 @@ def test_lane_features_equal_the_entry_order_copy(sim):
     per-member entry-order copy that ``prepare`` used to return (``to_entry_order``), idle lanes (the scratch row)
     included, and the first slots of it when the member's order is narrowed."""
     states = sim.init_states(jax.random.PRNGKey(7))
+    # jitted, as inside the segment program: one program per shape instead of one per eager op
+    entry_order, lane_features = jax.jit(to_entry_order), jax.jit(step_lib.lane_features)
     for bucket, state in zip(sim.data.buckets, states):
-        copy = np.asarray(to_entry_order(bucket.features, state))  # [Qb+1, Db, F], scratch row zeros
+        copy = np.asarray(entry_order(bucket.features, state))  # [Qb+1, Db, F], scratch row zeros
         rows = jnp.asarray(np.random.default_rng(0).integers(0, bucket.n_queries + 1, 64), jnp.int32)
         assert int(rows.max()) == bucket.n_queries  # the draw includes idle lanes
-        got = np.asarray(step_lib.lane_features(bucket.features, state.order, rows))
+        got = np.asarray(lane_features(bucket.features, state.order, rows))
         np.testing.assert_array_equal(got, copy[np.asarray(rows)])
         assert not np.array_equal(np.asarray(state.order[:-1]), np.broadcast_to(np.arange(bucket.width),
                                                                                state.order[:-1].shape))
         width = bucket.width // 2
-        narrowed = np.asarray(step_lib.lane_features(bucket.features, state.order[:, :width], rows))
+        narrowed = np.asarray(lane_features(bucket.features, state.order[:, :width], rows))
         np.testing.assert_array_equal(narrowed, copy[np.asarray(rows)][:, :width])
 
 
@@ -280,25 +273,22 @@ def test_test_only_history_equals_evaluating_every_split(sim, ebrank):
 
 def test_narrowed_rows_equal_full_rows():
     """A policy with ``narrow_rows`` advances only the entry slots documents can reach in the run
-    (``step.narrow_segment``): the same run with every slot gives the same sessions, counters and metrics."""
-    qs = toy_queryset(n_queries=24, n_features=4, docs=(40, 90), y_max=2, seed=5, recipe="latent")
-    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
-    config = SimConfig(sessions=300, warmup_sessions_per_query=2, n_updates=2, entry_prob=0.5, min_lanes=4,
-                       lanes_per_query=0.3)
-    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), config,
-                    warmup_policy=BM25(data))
+    (``step.narrow_segment``): the same run with every slot gives the same sessions, counters and metrics (the
+    narrowed run is tests/toy_sims.py's, which tests/test_padding.py reads too)."""
+    sim = toy_sims.wide_sim()
+    data = sim.data
     warm, main = sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), 1))  # any plan: widths are per run
     assert all(w < b.width for w, b in zip(sim.reachable_widths([main]), data.buckets))  # it does narrow here
 
     class FullRows(EBRank):
         narrow_rows = False
 
-    fit = {"max_epochs": 3, "patience": 1, "min_examples": 1}
-    narrow, full = EBRank(data, min_impressions=0, fit=fit), FullRows(data, min_impressions=0, fit=fit)
-    assert narrow.narrow_rows and not full.narrow_rows
-    keys, hypers = [KEYS[0], KEYS[1]], [{"epsilon": 1.0}, {"epsilon": 50.0}]
-    got = sim.run_population(narrow, keys, hypers, progress=False, keep_logs=True)
+    narrow, got = toy_sims.wide_ebrank_run()
+    full = toy_sims.wide_ebrank(FullRows)
+    assert type(narrow) is EBRank and narrow.narrow_rows and not full.narrow_rows
+    keys, hypers = list(toy_sims.KEYS), list(toy_sims.EBRANK_HYPERS)
     want = sim.run_population(full, keys, hypers, progress=False, keep_logs=True)
+    assert len(got) == len(want) == len(keys)
     for a, b in zip(got, want):
         assert any(info.get("epochs", 0) > 0 for info in a.train_info)  # the retrain ran on narrowed counters
         for la, lb in zip(a.logs, b.logs):
@@ -323,9 +313,10 @@ def test_block_alpha_is_bit_identical_alone_and_in_any_population(sim, hidden):
     bucket = sim.data.buckets[0]
     members = [jax.tree_util.tree_map(lambda a, i=i: a * (1.0 + 0.1 * i) + 0.01 * i,
                                       policy.init(jax.random.PRNGKey(i), sim.data)) for i in range(11)]
-    solo = [np.asarray(jax.jit(policy.prepare)(m, bucket)) for m in members]
+    prepare = jax.jit(policy.prepare)  # one program for the eleven members
+    solo = [np.asarray(prepare(m, bucket)) for m in members]
     assert len({s.tobytes() for s in solo}) == len(members)  # distinct members
-    stack = lambda ms: jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ms)  # noqa: E731
+    stack = lambda ms: jax.tree_util.tree_map(lambda *a: np.stack(a), *ms)  # noqa: E731  (on the host: exact)
     population = jax.jit(lambda p: policy.prepare_population(p, bucket, None))
     for size in (1, 7, MEMBER_BLOCK, MEMBER_BLOCK + 3):
         order = np.random.RandomState(size).permutation(len(members))[:size]
@@ -340,13 +331,13 @@ def test_block_alpha_is_bit_identical_alone_and_in_any_population(sim, hidden):
 def test_evaluation_reuses_the_segment_prior(sim):
     """Evaluation from the segment's entry-order alpha (``population_segment``'s third output,
     ``scores_from_prepared``) equals recomputing it from the parameters (``test_scores``), bit for bit."""
-    policy = EBRank(sim.data, min_impressions=0)
+    policy = toy_sims.small_ebrank(sim.data)  # the EBRank population of the tests above: its segment program
     assert policy.test_from_prepare
-    keys = [KEYS[0], KEYS[1]]
-    states, n = sim.simulate_frozen(policy, keys, [{"epsilon": 1.0}, {"epsilon": 50.0}], n_sessions=120)
-    assert n == 120
+    keys, hypers = grid([{"epsilon": 1.0}, {"epsilon": 50.0}, {"epsilon": 20.0}])
+    states, n = sim.simulate_frozen(policy, keys, hypers)
+    assert n == sim.session_counts()[1]
     params = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[policy.init(jax.random.PRNGKey(i), sim.data)
-                                                               for i in range(2)])
+                                                               for i in range(len(keys))])
     prepared = [policy.prepare_population(params, b, None) for b in sim.data.buckets]
     for b, bucket in enumerate(sim.data.buckets):
         aux = jax.vmap(lambda a, s: to_entry_order(a, s))(prepared[b], states[b])

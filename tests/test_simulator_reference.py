@@ -7,8 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ltrjax import clicks
-from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import behaviour as behav
 from ltrjax.online import step as step_lib
 from ltrjax.online.policies.base import Policy
@@ -28,19 +26,17 @@ from tests.reference.online_loop import (
     run_reference,
     run_sessions,
 )
-from ltrjax.data.toy import toy_queryset
+from tests import toy_sims
 
-CONFIG = SimConfig(sessions=700, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,
-                   lanes_per_query=0.3)
+CONFIG = toy_sims.SMALL_CONFIG  # tests/test_population.py's simulator: its EBRank programs serve this file's too
 
 
 @pytest.fixture(scope="module")
 def setup():
-    qs = toy_queryset(n_queries=36, n_features=6, docs=(6, 30), y_max=2, seed=3, recipe="latent")
-    data = pad_and_bucket(qs, n_buckets=2, single_bucket_cells=0)
+    data = toy_sims.small_data()
     assert len(data.buckets) == 2  # the reference check covers sessions in several buckets
-    model = clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5)
-    return data, model, Simulator(data, model, CONFIG, warmup_policy=BM25(data))
+    sim = toy_sims.small_sim()
+    return data, sim.click_model, sim
 
 
 def numpy_scorer(sim, policy):
@@ -52,13 +48,13 @@ def numpy_scorer(sim, policy):
     return lambda params, draws, inputs: ebrank_scorer(params, inputs["hyper"], policy.beta, inputs["features"])
 
 
-KEY = jax.random.PRNGKey(11)
+KEY = jax.random.PRNGKey(1)  # tests/test_population.py's first trial
 
 
 @pytest.mark.parametrize("make_policy", [
     lambda d: BM25(d),
     lambda d: RandomK(d),
-    lambda d: EBRank(d, epsilon=20.0, min_impressions=2, fit={"max_epochs": 5, "batch_size": 32}),
+    toy_sims.small_ebrank,
 ], ids=["bm25", "random_k", "ebrank"])
 def test_vectorized_equals_reference(setup, make_policy):
     data, _, sim = setup
