@@ -51,9 +51,8 @@ def test_device_clicks_match_the_click_model(setup):
 
 def test_device_stream_reproducible_and_distinct_from_host(setup):
     data, model = setup
-    config = dataclasses.replace(CONFIG, sessions=300)
-    device = Simulator(data, model, config)
-    host = Simulator(data, model, dataclasses.replace(config, click_rng="host"))
+    device = Simulator(data, model, CONFIG)  # the shapes of the test above: its programs serve this run
+    host = Simulator(data, model, dataclasses.replace(CONFIG, click_rng="host"))
     key = jax.random.PRNGKey(5)
     a = device.run(BM25(data), key, progress=False, keep_logs=True)
     b = device.run(BM25(data), key, progress=False, keep_logs=True)
