@@ -59,9 +59,9 @@ def load_data(run):
     return queryset, padded_data(run, queryset)
 
 
-# --smoke of the online benchmarks (sweep, end_to_end): 60 queries, 1,500 sessions in 2 segments, so the one
-# retrain between them trains (documents shown > min_impressions times exist); equal shapes in both scripts, so
-# the second finds the first's single-member programs in a persistent XLA cache
+# --smoke of the online benchmarks (sweep, end_to_end; sessions_per_sec takes its sim.* part): 60 queries, 1,500
+# sessions in 2 segments, so the one retrain between them trains (documents shown > min_impressions times exist);
+# equal shapes in every script, so the later ones find the first's single-member programs in a persistent XLA cache
 ONLINE_SMOKE = ["dataset.n_queries=60", "sim.sessions=1500", "sim.warmup_sessions_per_query=5", "sim.n_updates=2"]
 
 

@@ -58,8 +58,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, Stopwatch, algorithm_config, call_by_name, load_run,  # noqa: E402
-                    add_cache_arguments, dataset_overrides, emit, load_data, machine, timed,
+from benchlib import (ONLINE_SMOKE, CompileMeter, Stopwatch, algorithm_config, call_by_name,  # noqa: E402
+                    load_run, add_cache_arguments, dataset_overrides, emit, load_data, machine, timed,
                     use_compilation_cache)
 
 FAMILIES = ("ebrank", "ucbrank_ie", "cftopk_concat", "pdgd", "mgd")
@@ -230,6 +230,8 @@ def main(argv=None) -> dict:
     families = [f for f in (args.families or ",".join(SMOKE_FAMILIES if args.smoke else FAMILIES)).split(",") if f]
     populations = [int(p) for p in args.populations.split(",") if p]
     overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
+    if args.smoke:  # the other online benchmarks' smoke protocol: their one-member segment programs are these
+        overrides += [o for o in ONLINE_SMOKE if o.startswith("sim.")]
     if args.max_lanes:
         overrides.append(f"sim.max_lanes={args.max_lanes}")
     cfg = load_run(overrides + list(args.overrides))

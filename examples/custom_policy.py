@@ -60,11 +60,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     args = parser.parse_args(argv)
-    n_queries, trials = (40, 1) if args.smoke else (500, args.trials)
+    n_queries, trials = (60, 1) if args.smoke else (500, args.trials)
     queryset = ltrjax.load_dataset({"kind": "synthetic", "preset": "synthetic", "n_queries": n_queries}, seed=0)
     click_model = ltrjax.make_click_model({"kind": "pbm", "examination": "log2"}, 5)  # EBRank §5.1.2
-    sim = ltrjax.SimConfig(n_updates=4 if args.smoke else 20)
-    ebrank_fit = {"max_epochs": 5} if args.smoke else None
+    # --smoke: the sizes of docs/python-api.md's snippet (same data, protocol and EBRank fit), whose compiled
+    # EBRank programs the test suite then runs once for both
+    sim = (ltrjax.SimConfig(sessions=300, n_updates=2, warmup_sessions_per_query=2) if args.smoke
+           else ltrjax.SimConfig(n_updates=20))
+    ebrank_fit = {"max_epochs": 3} if args.smoke else None
     results = ltrjax.compare_online(queryset, {
         "ucb_click_rate": lambda data: UCBClickRate(data, exploration=0.5),
         "ebrank": lambda data: ltrjax.EBRank(data, fit=ebrank_fit),

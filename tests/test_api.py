@@ -60,9 +60,9 @@ def test_dropped_policies_and_their_programs_are_freed():
     sim = Simulator(data, make_click_model({"kind": "pbm"}, 5), SimConfig(sessions=40, n_updates=2,
                                                                          warmup_sessions_per_query=0))
     refs = []
-    for i in range(3):
-        for policy in (RandomK(data, seed=i), EBRank(data, fit={"max_epochs": 2})):
-            sim.run(policy, jax.random.PRNGKey(i), progress=False)
+    for _ in range(3):  # one seed and key: the later policies' programs are the first's (read from the XLA cache)
+        for policy in (RandomK(data, seed=0), EBRank(data, fit={"max_epochs": 2})):
+            sim.run(policy, jax.random.PRNGKey(0), progress=False)
             assert "segment" in compiled(policy)
             refs.append(weakref.ref(policy))
         del policy
@@ -101,11 +101,15 @@ def readme_snippet(path, sessions):
 
 
 @needs_mq2008
-def test_readme_snippet_equals_the_cli_on_mq2008_trial_0(tmp_path):
+def test_readme_snippet_equals_the_cli_on_mq2008_trial_0(tmp_path, monkeypatch):
+    # the command line writes its programs to this process's persistent XLA cache (tests/conftest.py), where the
+    # API side below finds them: run_cli's own cache option would give it a folder of its own
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(jax.config.jax_compilation_cache_dir))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+                       str(jax.config.jax_persistent_cache_min_compile_time_secs))
     proc = run_cli(tmp_path, "+dataset=mq2008", f"dataset.path={MQ2008}", "trials=1", f"sim.sessions={SESSIONS}",
                    "sim.n_updates=2", "experiment.tune=false", "~algorithms.bm25", "~algorithms.random_k",
-                   "~algorithms.ebrank_wo_explore", "~algorithms.ebrank_only_prior", "~algorithms.ebrank_only_behav",
-                   compile_cache=True)
+                   "~algorithms.ebrank_wo_explore", "~algorithms.ebrank_only_prior", "~algorithms.ebrank_only_behav")
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
 

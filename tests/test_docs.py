@@ -166,9 +166,20 @@ def check_run_overrides(args: list[str], where: str) -> None:
 
 @functools.cache
 def help_text(*argv: str) -> str:
-    proc = subprocess.run([sys.executable, *argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{' '.join(argv)} --help failed:\n{proc.stderr[-2000:]}"
-    return proc.stdout
+    """``python ARGV --help``'s text, in this process: the script's or module's ``main(["--help"])`` (what its
+    ``__main__`` block calls; the scripts run this way in tests/test_benchmarks.py), no interpreter start-up."""
+    import contextlib
+    import importlib
+    import io
+
+    from tests.scripts import load_script
+
+    module = importlib.import_module(argv[1]) if argv[0] == "-m" else load_script(argv[0])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exc:
+        module.main(["--help"])
+    assert exc.value.code in (0, None), f"{' '.join(argv)} --help failed: {exc.value.code}"
+    return out.getvalue()
 
 
 def check_options(argv: list[str], args: list[str], where: str) -> None:
