@@ -10,7 +10,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from ltrjax import clicks
-from ltrjax.data.layout import pad_and_bucket
 from ltrjax.models.mc_dropout import (
     DropoutMLP,
     MCDropoutMLP,
@@ -23,29 +22,24 @@ from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
 from ltrjax.runner import make_policy
 from ltrjax.online.policies.base import QueryView, update_one
-from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ucbrank import UCBHyper, UCBRank, ucb_bonus
-from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
+from ltrjax.online.simulator import trial_keys
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN
 from ltrjax.online.training_data import collect_documents
 from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference
-from ltrjax.data.toy import toy_queryset
+from tests.online_toy import CONFIG, N_FEATURES, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
-N_FEATURES = 5
 FIT = {"max_epochs": 40, "learning_rate": 0.01, "batch_size": 256}  # one compiled fit for every test
-CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, refreshes=6, entry_prob=0.5,
-                   min_lanes=4, lanes_per_query=0.3)
 KEY = jax.random.PRNGKey(11)
 
 
 @pytest.fixture(scope="module")
 def toy():
-    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=N_FEATURES, docs=(6, 20), y_max=2, seed=3,
-                                       recipe="latent"), n_buckets=1)
-    sim = Simulator(data, clicks.ucbrank_affine(5), CONFIG, warmup_policy=BM25(data))
-    return data, sim
+    """The shared toy protocol (tests/online_toy.py), UCBRank's affine clicks."""
+    data = toy_data()
+    return data, toy_sim(data, clicks.ucbrank_affine(5))
 
 
 def numpy_mlp(params, x, mask=None, dtype=np.float32):
@@ -375,9 +369,9 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
 
 def test_exploration_changes_what_is_shown(toy):
     """lambda = 0 vs 10 on the same trial (frozen model): UCB shows more distinct documents with MC-std
-    exploration (wo_behav) and with the code's count bonus under IE."""
+    exploration (wo_behav) and with the code's count bonus under IE (conf ucbrank and ucbrank_ie's options)."""
     data, sim = toy
-    for kw in ({"setting": "wo_behav"}, {"setting": "ie", "ie_unshown_bonus": "count"}):
+    for kw in ({"setting": "wo_behav"}, {"setting": "ie", "ie_unshown_bonus": "count", "ucb_center": "model"}):
         policy = UCBRank(data, train=False, **kw)
         distinct = []
         for lam in (0.0, 10.0):
