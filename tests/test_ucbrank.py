@@ -129,15 +129,18 @@ def test_mc_dropout_std_shrinks_with_training_data():
 
     held_out = rng.uniform(-1, 1, (500, dim)).astype(np.float32)
     params0 = model.init(jax.random.PRNGKey(0))
-    stds = {}
-    fit_keys = jax.random.split(jax.random.PRNGKey(1), 3)
-    for name, train in (("50", examples(50)), ("50x100", examples(50, 100)), ("5000", examples(5000))):
-        val = {"features": train["features"], "target": train["target"]}  # no seed: dropout-free validation
-        three = jax.tree_util.tree_map(lambda a: jnp.stack([a] * 3), params0)  # a population of three members
-        params, infos = fit_members(fit, three, [train] * 3, [val] * 3, fit_keys, "t", (5000, 5000))
-        assert all(not i.get("skipped") and i["n_train"] == len(train["target"]) for i in infos)
-        stds[name] = float(np.mean([jnp.mean(model.mc_scores(jax.tree_util.tree_map(lambda a: a[m], params),
-                                                             held_out, jax.random.PRNGKey(2))[1]) for m in range(3)]))
+    sets = {"50": examples(50), "50x100": examples(50, 100), "5000": examples(5000)}
+    # one population of nine members (three fit keys per training set): one compiled fit, and each member fits as
+    # a population of one would (fits do not depend on their padding nor on the other members)
+    trains = [train for train in sets.values() for _ in range(3)]
+    vals = [{"features": t["features"], "target": t["target"]} for t in trains]  # no seed: dropout-free validation
+    nine = jax.tree_util.tree_map(lambda a: jnp.stack([a] * 9), params0)
+    fit_keys = jnp.concatenate([jax.random.split(jax.random.PRNGKey(1), 3)] * 3)
+    params, infos = fit_members(fit, nine, trains, vals, fit_keys, "t", (5000, 5000))
+    assert all(not i.get("skipped") and i["n_train"] == len(t["target"]) for i, t in zip(infos, trains))
+    stds = {name: float(np.mean([jnp.mean(model.mc_scores(jax.tree_util.tree_map(lambda a: a[m], params), held_out,
+                                                          jax.random.PRNGKey(2))[1]) for m in range(3 * i, 3 * i + 3)]))
+            for i, name in enumerate(sets)}
     # MC dropout with a fixed rate does not concentrate (the std falls, but not towards 0)
     assert stds["5000"] < 0.8 * stds["50"], stds
     assert stds["5000"] < 0.9 * stds["50x100"], stds
