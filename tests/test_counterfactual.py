@@ -27,7 +27,12 @@ from tests.reference.online_loop import (
 from tests.online_toy import CONFIG, N_FEATURES, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
-FIT = {"max_epochs": 8, "batch_size": 256}  # one padded shape on toy data: one compilation per fit
+
+
+def shipped(name: str, data, **options):
+    """The policy of conf/algorithm/``name`` with ``options`` changed; its fit is the config's, so test_policies'
+    run of that config has compiled its programs (the retrain threshold ``min_impressions`` is host-side)."""
+    return make_policy(name, OmegaConf.merge(load_algorithm(name), options), data)[0]
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,7 @@ def test_cf_target_is_unbiased_and_cfrandomk_trains(toy):
     """(sum c/theta)/n from the simulator's own counters is unbiased for R (pooled 4 sigma, PBM)."""
     data, shared = toy
     sim = Simulator(data, shared.click_model, dataclasses.replace(CONFIG, warmup_sessions_per_query=0))
-    policy = CFRandomK(data, min_impressions=2, fit=FIT)
+    policy = shipped("cfrandomk", data, min_impressions=2)
     result = sim.run(policy, jax.random.PRNGKey(5), progress=False, keep_logs=True)
     assert np.isfinite([result.cum_ndcg["test"], result.warm_ndcg, result.cold_ndcg]).all()
     assert sum(not i.get("skipped") for i in result.train_info) >= 1
@@ -244,7 +249,7 @@ def cf_scorer(policy, run_key):
 
 @pytest.mark.parametrize("make_policy, hyper", [
     (lambda d: CFTopK(d, setting="concat", train=False), {}),
-    (lambda d: CFEpsilon(d, setting="concat", min_impressions=2, fit=FIT), {"epsilon": 2.0}),
+    (lambda d: shipped("cfepsilon_concat", d, min_impressions=2), {"epsilon": 2.0}),
 ], ids=["cftopk_concat_frozen", "cfepsilon_concat"])
 def test_vectorized_equals_reference(toy, make_policy, hyper):
     data, sim = toy
@@ -261,8 +266,8 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
 
 # --------------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("make_policy", [
-    lambda d: CFTopK(d, min_impressions=2, fit=FIT),
-    lambda d: Prior(d, fit=FIT),
+    lambda d: shipped("cftopk", d, min_impressions=2),
+    lambda d: shipped("prior_concat", d),
 ], ids=["cftopk", "prior_concat"])
 def test_policies_run_and_retrain(toy, make_policy):
     data, sim = toy
