@@ -24,7 +24,7 @@ from tests.reference.online_loop import (
     run_reference,
     shared_policy_noise,
 )
-from tests.online_toy import CONFIG, N_FEATURES, toy_data, toy_sim
+from tests.online_toy import CONFIG, KEY, N_FEATURES, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
 
@@ -254,7 +254,7 @@ def cf_scorer(policy, run_key):
 def test_vectorized_equals_reference(toy, make_policy, hyper):
     data, sim = toy
     policy = make_policy(data)
-    key = jax.random.PRNGKey(11)
+    key = KEY
     result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
     reference = run_reference(sim, policy, key, cf_scorer(policy, trial_keys(key).run), hyper)
     assert_matches_reference(sim, result, reference)
@@ -272,7 +272,7 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
 def test_policies_run_and_retrain(toy, make_policy):
     data, sim = toy
     policy = make_policy(data)
-    result = sim.run(policy, jax.random.PRNGKey(3), progress=False)
+    result = sim.run(policy, KEY, progress=False)
     values = [result.cum_ndcg[s] for s in ("train", "vali", "test")] + [result.warm_ndcg, result.cold_ndcg]
     assert np.isfinite(values).all() and 0 < result.warm_ndcg <= 1 and 0 < result.cold_ndcg <= 1
     done = [i for i in result.train_info if not i.get("skipped")]

@@ -21,7 +21,7 @@ from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import update_points
 from ltrjax.online.simulator import SimConfig, Simulator, policy_key, resolve_hyper, trial_keys
 from ltrjax.online.state import DocCounters
-from tests.online_toy import toy_data, toy_sim
+from tests.online_toy import KEY, toy_data, toy_sim
 from tests.reference.online_loop import reference_warmup, run_sessions
 from ltrjax.data.toy import toy_queryset
 
@@ -606,7 +606,7 @@ def test_vectorized_equals_numpy_learner(shared_toy, make, hyper):
     data, sim = shared_toy
     policy = make(data)
     keeper = Keeper(policy)
-    key = jax.random.PRNGKey(4)
+    key = KEY
     result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
     fns = (pdgd_draws, pdgd_scorer, pdgd_steps) if isinstance(policy, PDGD) else (mgd_draws, mgd_scorer, mgd_steps)
     shown, clicked, weights = reference_trial(sim, policy, key, *fns, hyper=hyper)

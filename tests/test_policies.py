@@ -13,7 +13,7 @@ from ltrjax.data.toy import toy_queryset
 from ltrjax.runner import make_policy, tune_grid
 from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.simulator import SimConfig, Simulator, compiled
-from tests.online_toy import toy_data, toy_sim
+from tests.online_toy import KEY, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ALGORITHMS = sorted(p.stem for p in (CONF / "algorithm").glob("*.yaml"))
@@ -36,7 +36,7 @@ def test_algorithm_config_runs(sim, name):
     if "min_impressions" in acfg:
         acfg.min_impressions = 1  # so the toy run retrains
     policy, tune = make_policy(name, acfg, sim.data)
-    result = sim.run(policy, jax.random.PRNGKey(0), hyper=tune_grid(tune)[-1], progress=False)
+    result = sim.run(policy, KEY, hyper=tune_grid(tune)[-1], progress=False)
     assert policy.name == name
     assert np.all(np.isfinite(result.session_ndcg)) and np.all(result.session_ndcg <= 1 + 1e-6)
     assert np.isfinite(result.warm_ndcg) and np.isfinite(result.cold_ndcg)

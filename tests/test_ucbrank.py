@@ -28,11 +28,10 @@ from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN
 from ltrjax.online.training_data import collect_documents
 from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference
-from tests.online_toy import CONFIG, N_FEATURES, toy_data, toy_sim
+from tests.online_toy import CONFIG, KEY, N_FEATURES, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
 FIT = {"max_epochs": 40, "learning_rate": 0.01, "batch_size": 256}  # one compiled fit for every test
-KEY = jax.random.PRNGKey(11)
 
 
 @pytest.fixture(scope="module")
