@@ -10,14 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from ltrjax import clicks
-from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online import behaviour as behav
 from ltrjax.runner import make_policy
 from ltrjax.online.policies.base import QueryView
-from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.counterfactual import CFEpsilon, CFHyper, CFRandomK, CFTopK, CounterfactualL2
 from ltrjax.online.policies.prior import Prior
-from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
+from ltrjax.online.simulator import Simulator, trial_keys
 from ltrjax.online.state import DocCounters
 from tests.reference.online_loop import (
     COUNTER_NAMES,
@@ -26,22 +24,22 @@ from tests.reference.online_loop import (
     run_reference,
     shared_policy_noise,
 )
-from ltrjax.data.toy import toy_queryset
+from tests.online_toy import CONFIG, KEY, N_FEATURES, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
-N_FEATURES = 5
-FIT = {"max_epochs": 8, "batch_size": 256}  # one padded shape on toy data: one compilation per fit
-CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, entry_prob=0.5, min_lanes=4,
-                   lanes_per_query=0.3)
+
+
+def shipped(name: str, data, **options):
+    """The policy of conf/algorithm/``name`` with ``options`` changed; its fit is the config's, so test_policies'
+    run of that config has compiled its programs (the retrain threshold ``min_impressions`` is host-side)."""
+    return make_policy(name, OmegaConf.merge(load_algorithm(name), options), data)[0]
 
 
 @pytest.fixture(scope="module")
 def toy():
-    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=N_FEATURES, docs=(6, 20), y_max=2, seed=3,
-                                       recipe="latent"), n_buckets=1)
-    sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
-                    warmup_policy=BM25(data))
-    return data, sim
+    """The shared toy protocol (tests/online_toy.py), PBM clicks."""
+    data = toy_data()
+    return data, toy_sim(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5))
 
 
 # --------------------------------------------------------------------------- behaviour features
@@ -102,9 +100,9 @@ def test_delta_is_unbiased_under_trust_bias_and_ctr_is_not():
 
 def test_cf_target_is_unbiased_and_cfrandomk_trains(toy):
     """(sum c/theta)/n from the simulator's own counters is unbiased for R (pooled 4 sigma, PBM)."""
-    data, toy_sim = toy
-    sim = Simulator(data, toy_sim.click_model, dataclasses.replace(CONFIG, warmup_sessions_per_query=0))
-    policy = CFRandomK(data, min_impressions=2, fit=FIT)
+    data, shared = toy
+    sim = Simulator(data, shared.click_model, dataclasses.replace(CONFIG, warmup_sessions_per_query=0))
+    policy = shipped("cfrandomk", data, min_impressions=2)
     result = sim.run(policy, jax.random.PRNGKey(5), progress=False, keep_logs=True)
     assert np.isfinite([result.cum_ndcg["test"], result.warm_ndcg, result.cold_ndcg]).all()
     assert sum(not i.get("skipped") for i in result.train_info) >= 1
@@ -251,12 +249,12 @@ def cf_scorer(policy, run_key):
 
 @pytest.mark.parametrize("make_policy, hyper", [
     (lambda d: CFTopK(d, setting="concat", train=False), {}),
-    (lambda d: CFEpsilon(d, setting="concat", min_impressions=2, fit=FIT), {"epsilon": 2.0}),
+    (lambda d: shipped("cfepsilon_concat", d, min_impressions=2), {"epsilon": 2.0}),
 ], ids=["cftopk_concat_frozen", "cfepsilon_concat"])
 def test_vectorized_equals_reference(toy, make_policy, hyper):
     data, sim = toy
     policy = make_policy(data)
-    key = jax.random.PRNGKey(11)
+    key = KEY
     result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
     reference = run_reference(sim, policy, key, cf_scorer(policy, trial_keys(key).run), hyper)
     assert_matches_reference(sim, result, reference)
@@ -268,13 +266,13 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
 
 # --------------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("make_policy", [
-    lambda d: CFTopK(d, min_impressions=2, fit=FIT),
-    lambda d: Prior(d, fit=FIT),
+    lambda d: shipped("cftopk", d, min_impressions=2),
+    lambda d: shipped("prior_concat", d),
 ], ids=["cftopk", "prior_concat"])
 def test_policies_run_and_retrain(toy, make_policy):
     data, sim = toy
     policy = make_policy(data)
-    result = sim.run(policy, jax.random.PRNGKey(3), progress=False)
+    result = sim.run(policy, KEY, progress=False)
     values = [result.cum_ndcg[s] for s in ("train", "vali", "test")] + [result.warm_ndcg, result.cold_ndcg]
     assert np.isfinite(values).all() and 0 < result.warm_ndcg <= 1 and 0 < result.cold_ndcg <= 1
     done = [i for i in result.train_info if not i.get("skipped")]

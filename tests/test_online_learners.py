@@ -21,6 +21,7 @@ from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import update_points
 from ltrjax.online.simulator import SimConfig, Simulator, policy_key, resolve_hyper, trial_keys
 from ltrjax.online.state import DocCounters
+from tests.online_toy import KEY, toy_data, toy_sim
 from tests.reference.online_loop import reference_warmup, run_sessions
 from ltrjax.data.toy import toy_queryset
 
@@ -43,6 +44,13 @@ def toy():
     sim = Simulator(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5), CONFIG,
                     warmup_policy=BM25(data))
     return data, sim
+
+
+@pytest.fixture(scope="module")
+def shared_toy():
+    """The shared toy protocol (tests/online_toy.py): the trials' programs are those of test_policies' configs."""
+    data = toy_data()
+    return data, toy_sim(data, clicks.make_click_model({"kind": "pbm", "examination": "log2"}, 5))
 
 
 # --------------------------------------------------------------------------- NumPy PL oracles
@@ -592,13 +600,13 @@ def reference_trial(sim, policy, key, make_draws, make_scorer, steps_of, hyper=N
 @pytest.mark.parametrize("make, hyper", [
     (lambda d: PDGD(d, decay=0.99), None),
     (lambda d: PDGD(d, setting="concat", decay=0.99), {"learning_rate": 0.3}),
-    (lambda d: MGD(d, n_candidates=3, setting="concat", decay=0.99, learning_rate=0.5), None),
+    (lambda d: MGD(d, setting="concat", decay=0.99, learning_rate=0.5), None),  # conf's 9 candidates
 ], ids=["pdgd", "pdgd_concat_lr0.3", "mgd_concat"])
-def test_vectorized_equals_numpy_learner(toy, make, hyper):
-    data, sim = toy
+def test_vectorized_equals_numpy_learner(shared_toy, make, hyper):
+    data, sim = shared_toy
     policy = make(data)
     keeper = Keeper(policy)
-    key = jax.random.PRNGKey(4)
+    key = KEY
     result = sim.run(policy, key, hyper=hyper, progress=False, keep_logs=True)
     fns = (pdgd_draws, pdgd_scorer, pdgd_steps) if isinstance(policy, PDGD) else (mgd_draws, mgd_scorer, mgd_steps)
     shown, clicked, weights = reference_trial(sim, policy, key, *fns, hyper=hyper)

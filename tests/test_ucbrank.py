@@ -10,7 +10,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from ltrjax import clicks
-from ltrjax.data.layout import pad_and_bucket
 from ltrjax.models.mc_dropout import (
     DropoutMLP,
     MCDropoutMLP,
@@ -23,29 +22,23 @@ from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
 from ltrjax.runner import make_policy
 from ltrjax.online.policies.base import QueryView, update_one
-from ltrjax.online.policies.bm25 import BM25
 from ltrjax.online.policies.ucbrank import UCBHyper, UCBRank, ucb_bonus
-from ltrjax.online.simulator import SimConfig, Simulator, trial_keys
+from ltrjax.online.simulator import trial_keys
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN
 from ltrjax.online.training_data import collect_documents
 from tests.reference.online_loop import COUNTER_NAMES, assert_matches_reference, make_counters, run_reference
-from ltrjax.data.toy import toy_queryset
+from tests.online_toy import CONFIG, KEY, N_FEATURES, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "algorithm"
-N_FEATURES = 5
 FIT = {"max_epochs": 40, "learning_rate": 0.01, "batch_size": 256}  # one compiled fit for every test
-CONFIG = SimConfig(sessions=600, warmup_sessions_per_query=3, n_updates=3, refreshes=6, entry_prob=0.5,
-                   min_lanes=4, lanes_per_query=0.3)
-KEY = jax.random.PRNGKey(11)
 
 
 @pytest.fixture(scope="module")
 def toy():
-    data = pad_and_bucket(toy_queryset(n_queries=30, n_features=N_FEATURES, docs=(6, 20), y_max=2, seed=3,
-                                       recipe="latent"), n_buckets=1)
-    sim = Simulator(data, clicks.ucbrank_affine(5), CONFIG, warmup_policy=BM25(data))
-    return data, sim
+    """The shared toy protocol (tests/online_toy.py), UCBRank's affine clicks."""
+    data = toy_data()
+    return data, toy_sim(data, clicks.ucbrank_affine(5))
 
 
 def numpy_mlp(params, x, mask=None, dtype=np.float32):
@@ -135,15 +128,18 @@ def test_mc_dropout_std_shrinks_with_training_data():
 
     held_out = rng.uniform(-1, 1, (500, dim)).astype(np.float32)
     params0 = model.init(jax.random.PRNGKey(0))
-    stds = {}
-    fit_keys = jax.random.split(jax.random.PRNGKey(1), 3)
-    for name, train in (("50", examples(50)), ("50x100", examples(50, 100)), ("5000", examples(5000))):
-        val = {"features": train["features"], "target": train["target"]}  # no seed: dropout-free validation
-        three = jax.tree_util.tree_map(lambda a: jnp.stack([a] * 3), params0)  # a population of three members
-        params, infos = fit_members(fit, three, [train] * 3, [val] * 3, fit_keys, "t", (5000, 5000))
-        assert all(not i.get("skipped") and i["n_train"] == len(train["target"]) for i in infos)
-        stds[name] = float(np.mean([jnp.mean(model.mc_scores(jax.tree_util.tree_map(lambda a: a[m], params),
-                                                             held_out, jax.random.PRNGKey(2))[1]) for m in range(3)]))
+    sets = {"50": examples(50), "50x100": examples(50, 100), "5000": examples(5000)}
+    # one population of nine members (three fit keys per training set): one compiled fit, and each member fits as
+    # a population of one would (fits do not depend on their padding nor on the other members)
+    trains = [train for train in sets.values() for _ in range(3)]
+    vals = [{"features": t["features"], "target": t["target"]} for t in trains]  # no seed: dropout-free validation
+    nine = jax.tree_util.tree_map(lambda a: jnp.stack([a] * 9), params0)
+    fit_keys = jnp.concatenate([jax.random.split(jax.random.PRNGKey(1), 3)] * 3)
+    params, infos = fit_members(fit, nine, trains, vals, fit_keys, "t", (5000, 5000))
+    assert all(not i.get("skipped") and i["n_train"] == len(t["target"]) for i, t in zip(infos, trains))
+    stds = {name: float(np.mean([jnp.mean(model.mc_scores(jax.tree_util.tree_map(lambda a: a[m], params), held_out,
+                                                          jax.random.PRNGKey(2))[1]) for m in range(3 * i, 3 * i + 3)]))
+            for i, name in enumerate(sets)}
     # MC dropout with a fixed rate does not concentrate (the std falls, but not towards 0)
     assert stds["5000"] < 0.8 * stds["50"], stds
     assert stds["5000"] < 0.9 * stds["50x100"], stds
@@ -375,9 +371,9 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
 
 def test_exploration_changes_what_is_shown(toy):
     """lambda = 0 vs 10 on the same trial (frozen model): UCB shows more distinct documents with MC-std
-    exploration (wo_behav) and with the code's count bonus under IE."""
+    exploration (wo_behav) and with the code's count bonus under IE (conf ucbrank and ucbrank_ie's options)."""
     data, sim = toy
-    for kw in ({"setting": "wo_behav"}, {"setting": "ie", "ie_unshown_bonus": "count"}):
+    for kw in ({"setting": "wo_behav"}, {"setting": "ie", "ie_unshown_bonus": "count", "ucb_center": "model"}):
         policy = UCBRank(data, train=False, **kw)
         distinct = []
         for lam in (0.0, 10.0):
