@@ -2,7 +2,6 @@
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +10,8 @@ import numpy as np
 import pytest
 
 from ltrjax.collect import main
+from tests.tiny_run import DATA_CACHE, TINY, ltrjax_run, suite_cache_env
 
-REPO = Path(__file__).resolve().parent.parent
-# the tests' persistent XLA cache, as in tests/test_run.py
-XLA_CACHE_ROOT = Path(os.environ.get("LTRJAX_TEST_XLA_CACHE", "~/.cache/ltrjax/xla-tests")).expanduser() / "run"
 
 CUM = {"ebrank_pbm": {"bm25": [20.0, 22.0, 27.0], "ebrank": [30.0, 31.0, 35.0]},
        "trust_bias": {"bm25": [18.0, 19.0, 23.0], "ebrank": [25.0, 29.5, 26.0]}}
@@ -185,28 +182,22 @@ def test_cli_module(multirun):
 
 
 def test_real_joblib_multirun_then_collect(tmp_path):
-    """``python -m ltrjax.run -m hydra/launcher=joblib ...`` (two jobs in parallel), then collect."""
+    """``python -m ltrjax.run -m hydra/launcher=joblib ...`` (two jobs in parallel), then collect. The jobs sweep the
+    seed of the suite's tiny run (``tests.tiny_run.TINY``): they build its programs, compiled once per suite."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     sweep = tmp_path / "multirun"
-    cmd = [sys.executable, "-m", "ltrjax.run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-           "click_model=ebrank_pbm,trust_bias", "+dataset=synthetic", "dataset.n_queries=40", "trials=1",
-           "sim.sessions=200", "sim.n_updates=2", "sim.warmup_sessions_per_query=2", "experiment.tune=false",
-           "layout.n_buckets=1", "~algorithms.random_k", "~algorithms.ebrank", "~algorithms.ebrank_only_prior",
-           "~algorithms.ebrank_only_behav", "progress=false", f"hydra.sweep.dir={sweep}",
-           f"data.cache_dir={XLA_CACHE_ROOT}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTRJAX_")}
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    cmd = ltrjax_run("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", *TINY, "trials=1",
+                     f"hydra.sweep.dir={sweep}", f"data.cache_dir={DATA_CACHE}")
+    proc = subprocess.run(cmd, cwd=tmp_path, env=suite_cache_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (sweep / "multirun.yaml").is_file()
 
     assert main([str(sweep)]) == 0
     rows = read_csv(sweep / "results.csv")
-    assert sorted((r["run"], r["click_model"], r["algorithm"]) for r in rows) == [
-        ("0", "ebrank_pbm", "bm25"), ("0", "ebrank_pbm", "ebrank_wo_explore"),
-        ("1", "trust_bias", "bm25"), ("1", "trust_bias", "ebrank_wo_explore")]
+    assert sorted((r["run"], r["seed"], r["algorithm"]) for r in rows) == [
+        ("0", "0", "ebrank"), ("0", "0", "random_k"), ("1", "1", "ebrank"), ("1", "1", "random_k")]
     for row in rows:
         job = json.loads((sweep / row["run"] / "results.json").read_text())
         assert float(row["cum_ndcg_mean"]) == pytest.approx(job["algorithms"][row["algorithm"]]["cum_ndcg"])
         assert row["n_trials"] == "1" and row["dataset"] == "synthetic"
-    assert "| click_model |" in (sweep / "results.md").read_text()
+    assert "| seed |" in (sweep / "results.md").read_text()

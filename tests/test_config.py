@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import os
 import runpy
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
 from ltrjax.schema import (RESOLVED_CONFIG, algorithm_schema, conf_dir, constructor_options, policy_class, validate)
 from tests.shared_data import MQ2008, needs_mq2008
+from tests.tiny_run import ltrjax_run, suite_cache_env
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -261,11 +261,9 @@ def test_make_policy_and_make_hyper_check_values():
 
 # --------------------------------------------------------------------------- the command line
 def run_cli(cwd, *overrides, timeout=120):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTRJAX_")}
-    env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run([sys.executable, "-m", "ltrjax.run", *overrides, f"hydra.run.dir={cwd / 'out'}",
-                           f"data.cache_dir={cwd / 'cache'}", "jax.compilation_cache=false", "progress=false"],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    """``python -m ltrjax.run`` in ``cwd`` (outputs and data caches there), with the suite's persistent XLA cache."""
+    return subprocess.run(ltrjax_run(*overrides, f"hydra.run.dir={cwd / 'out'}", f"data.cache_dir={cwd / 'cache'}"),
+                          cwd=cwd, env=suite_cache_env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("override, key", [("+sim.entry_prb=0.5", "sim.entry_prb"),

@@ -1,43 +1,30 @@
 """The entry point end to end: ``python -m ltrjax.run ...`` in a subprocess, as a user runs it."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.tiny_run import DATA_CACHE, REPO, TINY, ltrjax_run, suite_cache_env
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-# the tests' persistent XLA cache (tests/conftest.py); the entry point puts it under data.cache_dir/xla
-XLA_CACHE_ROOT = Path(os.environ.get("LTRJAX_TEST_XLA_CACHE", "~/.cache/ltrjax/xla-tests")).expanduser() / "run"
-
-
 def run_cli(tmp_path, *overrides, compile_cache=False, timeout=600):
-    """Run the entry point with its outputs under ``tmp_path``.
-
-    Data caches go to ``tmp_path`` too, unless ``compile_cache``: then compiled programs (and, for
-    LETOR data only, parsed files) are kept in the tests' persistent cache between test runs.
-    """
-    cache = f"data.cache_dir={XLA_CACHE_ROOT}" if compile_cache else f"data.cache_dir={tmp_path / 'cache'}"
-    cmd = [sys.executable, "-m", "ltrjax.run", *overrides, f"hydra.run.dir={tmp_path / 'out'}", cache,
-           f"jax.compilation_cache={str(compile_cache).lower()}", "progress=false"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTRJAX_")}
-    env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    """Run the entry point with its outputs under ``tmp_path``; compiled programs go to the suite's persistent XLA
+    cache (``tests.tiny_run.suite_cache_env``). Data caches go to ``tmp_path`` too, unless ``compile_cache``: then
+    parsed LETOR files are kept beside the suite's XLA cache between test runs."""
+    cache = DATA_CACHE if compile_cache else tmp_path / "cache"
+    cmd = ltrjax_run(*overrides, f"hydra.run.dir={tmp_path / 'out'}", f"data.cache_dir={cache}")
+    return subprocess.run(cmd, cwd=REPO, env=suite_cache_env(), capture_output=True, text=True, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- a tiny full run
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tiny_run")
-    proc = run_cli(tmp, "+dataset=synthetic", "dataset.n_queries=40", "trials=2", "sim.sessions=300",
-                   "sim.n_updates=2", "sim.warmup_sessions_per_query=2", "experiment.tune=false",
-                   "layout.n_buckets=1", "~algorithms.bm25", "~algorithms.ebrank_wo_explore",
-                   "~algorithms.ebrank_only_prior", "~algorithms.ebrank_only_behav", compile_cache=True)
+    proc = run_cli(tmp, *TINY, "trials=2")
     return proc, tmp / "out"
 
 
@@ -47,7 +34,7 @@ def test_tiny_run_writes_results(tiny_run):
     assert "Traceback" not in proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["dataset"] == "synthetic"
-    assert results["sessions"] == 300
+    assert results["sessions"] == 200
     algorithms = results["algorithms"]
     assert {"random_k", "ebrank"} <= set(algorithms)  # whatever else conf/experiment/online.yaml adds later
     for name, entry in algorithms.items():

@@ -15,26 +15,20 @@ from pathlib import Path
 import pytest
 
 from ltrjax import record
+from tests.tiny_run import DATA_CACHE, REPO, TINY, ltrjax_run, suite_cache_env
 
-REPO = Path(__file__).resolve().parent.parent
-XLA_CACHE_ROOT = Path(os.environ.get("LTRJAX_TEST_XLA_CACHE", "~/.cache/ltrjax/xla-tests")).expanduser() / "run"
-TINY = ("+dataset=synthetic", "dataset.n_queries=40", "sim.sessions=200", "sim.n_updates=2",
-        "sim.warmup_sessions_per_query=2", "experiment.tune=false", "layout.n_buckets=1", "~algorithms.bm25",
-        "~algorithms.ebrank_wo_explore", "~algorithms.ebrank_only_prior", "~algorithms.ebrank_only_behav")
 OFFLINE = ("experiment=offline", "+dataset=synthetic", "dataset.n_queries=60", "experiment.trials=1",
            "experiment.n_sessions=3000", "experiment.estimators=[production]", "experiment.train.max_epochs=2",
            "experiment.train.patience=1", "experiment.logging_chunk=4096", "experiment.eval_buckets=1")
 
 
 def cli(out: Path, *overrides, popen=False):
-    cmd = [sys.executable, "-m", "ltrjax.run", *overrides, f"hydra.run.dir={out}", f"data.cache_dir={XLA_CACHE_ROOT}",
-           "progress=false"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTRJAX_")}
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = str(REPO)
+    """``python -m ltrjax.run`` into the run folder ``out``, with the suite's persistent XLA cache."""
+    cmd = ltrjax_run(*overrides, f"hydra.run.dir={out}", f"data.cache_dir={DATA_CACHE}")
     if popen:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(cmd, cwd=REPO, env=suite_cache_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(cmd, cwd=REPO, env=suite_cache_env(), capture_output=True, text=True, timeout=600)
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
@@ -55,9 +49,10 @@ def assert_refused(proc, *named: str) -> str:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A finished online run (random_k and ebrank, one trial, top-K 4) and the fingerprint of its files."""
+    """A finished online run (random_k and ebrank, one trial, top-K 4: ``tests.tiny_run.TINY``) and the fingerprint
+    of its files."""
     out = tmp_path_factory.mktemp("record") / "run"
-    proc = cli(out, *TINY, "trials=1", "sim.top_k=4")
+    proc = cli(out, *TINY, "trials=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, fingerprint(out)
 
@@ -135,7 +130,7 @@ def test_reports_say_what_they_are(finished):
 ])
 def test_refused_rerun_leaves_the_record_byte_identical(finished, overrides, named):
     out, files = finished
-    proc = cli(out, *TINY, "trials=1", "sim.top_k=4", *overrides)
+    proc = cli(out, *TINY, "trials=1", *overrides)
     message = assert_refused(proc, *named)
     assert fingerprint(out) == files
     assert message in (out / "run.log").read_text()  # the message goes to the run's log too
@@ -143,9 +138,25 @@ def test_refused_rerun_leaves_the_record_byte_identical(finished, overrides, nam
         assert str(out / "results.json") in message and "hydra.run.dir=" in message
 
 
-def test_online_run_into_an_offline_folder_is_refused_before_any_simulation(tmp_path):
+@pytest.fixture(scope="module")
+def finished_offline(tmp_path_factory):
+    """A finished offline run (``OFFLINE``); each test works on its own copy (``offline_copy``)."""
+    out = tmp_path_factory.mktemp("record_offline") / "offline"
+    proc = cli(out, *OFFLINE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def offline_copy(finished_offline: Path, tmp_path: Path) -> Path:
+    """A copy of the finished offline run folder, as a rerun finds it (its lock released)."""
     out = tmp_path / "offline"
-    assert cli(out, *OFFLINE).returncode == 0
+    shutil.copytree(finished_offline, out)
+    assert not (out / record.LOCK_PID).exists()
+    return out
+
+
+def test_online_run_into_an_offline_folder_is_refused_before_any_simulation(finished_offline, tmp_path):
+    out = offline_copy(finished_offline, tmp_path)
     files = fingerprint(out)
     proc = cli(out, *TINY, "trials=1")
     assert_refused(proc, "experiment=offline", "experiment=online", str(out / "results.json"))
@@ -158,9 +169,8 @@ def test_online_run_into_an_offline_folder_is_refused_before_any_simulation(tmp_
     assert_refused(cli(online, *OFFLINE), "experiment=online", "experiment=offline")
 
 
-def test_offline_rerun_with_other_settings_is_refused(tmp_path):
-    out = tmp_path / "offline"
-    assert cli(out, *OFFLINE).returncode == 0
+def test_offline_rerun_with_other_settings_is_refused(finished_offline, tmp_path):
+    out = offline_copy(finished_offline, tmp_path)
     files = fingerprint(out)
     assert_refused(cli(out, *OFFLINE, "experiment.n_sessions=4000"), "experiment.n_sessions: 3000 → 4000")
     assert_refused(cli(out, *OFFLINE, "dataset.n_queries=70"), "dataset.n_queries: 60 → 70")
@@ -196,7 +206,7 @@ def test_identical_rerun_resumes_and_equals_an_uninterrupted_run(finished, tmp_p
     out, _ = finished
     resumed = tmp_path / "resumed"
     shutil.copytree(out, resumed)
-    rows = (*TINY, "sim.top_k=4", "~algorithms.ebrank", "population.max_members=1")
+    rows = (*TINY, "~algorithms.ebrank")  # TINY has population.max_members=1: 2 trials, 2 chunks
     proc = cli(resumed, *rows, "trials=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming, 2 finished trials found" in proc.stderr + proc.stdout
