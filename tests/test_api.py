@@ -101,12 +101,9 @@ def readme_snippet(path, sessions):
 
 
 @needs_mq2008
-def test_readme_snippet_equals_the_cli_on_mq2008_trial_0(tmp_path, monkeypatch):
-    # the command line writes its programs to this process's persistent XLA cache (tests/conftest.py), where the
-    # API side below finds them: run_cli's own cache option would give it a folder of its own
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(jax.config.jax_compilation_cache_dir))
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                       str(jax.config.jax_persistent_cache_min_compile_time_secs))
+def test_readme_snippet_equals_the_cli_on_mq2008_trial_0(tmp_path):
+    # run_cli's command line writes its programs to the suite's persistent XLA cache (tests/tiny_run.py), where the
+    # API side below finds them
     proc = run_cli(tmp_path, "+dataset=mq2008", f"dataset.path={MQ2008}", "trials=1", f"sim.sessions={SESSIONS}",
                    "sim.n_updates=2", "experiment.tune=false", "~algorithms.bm25", "~algorithms.random_k",
                    "~algorithms.ebrank_wo_explore", "~algorithms.ebrank_only_prior", "~algorithms.ebrank_only_behav")
