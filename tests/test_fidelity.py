@@ -363,7 +363,9 @@ def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
     from ltrjax.offline_runner import run_fidelity
     from ltrjax.data.toy import toy_queryset
 
+    one_thread = {"gbdt": {"num_threads": 1}}  # the same trees (gbdt.GBDT_DEFAULTS), faster in a busy process
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"], "randomization_sessions": 2000,
+                          "estimator_options": {"prs_lambda": one_thread, "ips_lambda": one_thread},
                           "prs": {"estimators": ["ips", "prs"], "max_steps": 8, "clicks_per_query": 10,
                                   "click_sweep": [10], "noise": [0.1], "assumed_eta": [1.0], "table1": True,
                                   "table1_rounds": 3}}}
