@@ -73,12 +73,11 @@ def test_fit_improves_validation_and_keeps_the_best_epoch():
 
 
 def test_run_offline_end_to_end(tmp_path):
-    # the fidelity smoke's data and logging chunk (2^24 / K^2 sessions): its PRS part compiled the same programs
-    qs = toy_queryset(n_queries=60, seed=3)
+    qs = toy_queryset(n_queries=120, seed=5)
     cfg = {"experiment": {"trials": 2, "n_sessions": 20_000, "progress": False,
                           "estimators": ["prs", "production", "labeled"],
                           "click_model": {"threshold": 2}, "train": {"max_epochs": 5, "patience": 2},
-                          "eval_buckets": 1}}
+                          "logging_chunk": 8192, "eval_buckets": 1}}
     out = run_offline(cfg, tmp_path, queryset=qs)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "results.md").exists()
