@@ -19,11 +19,12 @@ ESTIMATORS = ["naive", "ips", "prs", "dla", "pair_debias"]
 def _offline_cfg(**extra):
     return {"experiment": {"trials": 1, "n_sessions": 20_000, "progress": False, "estimators": ESTIMATORS,
                            "click_model": {"threshold": 2}, "train": {"max_epochs": 4, "patience": 2},
-                           "logging_chunk": 8192, "eval_buckets": 1, "save_models": False, **extra}}
+                           "eval_buckets": 1, "save_models": False, **extra}}
 
 
 def test_offline_round_trip_trains_the_same_estimators(tmp_path):
-    qs = toy_queryset(n_queries=120, seed=5)
+    # the fidelity smoke's data and logging chunk (two chunks here): its PRS part compiled naive, ips and prs
+    qs = toy_queryset(n_queries=60, seed=3)
     memory = run_offline(_offline_cfg(save_click_logs=True), tmp_path / "memory", queryset=qs)
     path = tmp_path / "memory" / "click_logs" / "trial0.parquet"
     log = read_click_log(path)

@@ -183,18 +183,20 @@ def test_every_estimator_of_a_fidelity_table_has_the_same_schedule(tmp_path):
     from ltrjax.offline_runner import run_fidelity
     from ltrjax.data.toy import toy_queryset
 
+    # the smoke run's data, sessions and Vectorization freeze (experiments/offline_fidelity.py SMOKE): the same
+    # compiled programs; joint_steps, not compiled, makes Vectorization's min_steps (4004) exceed the budget
     cfg = {"experiment": {"trials": 1, "eval_buckets": 1, "parts": ["vectorization"],
                           "train": {"max_steps": 24, "eval_every_steps": 8},
-                          "estimator_options": {"vectorization": {"freeze": 30, "joint_steps": 4000,
+                          "estimator_options": {"vectorization": {"freeze": 4, "joint_steps": 4000,
                                                                   "base_hidden": [8]}},
-                          "vectorization": {"dims": [2], "settings": ["trust_bias"], "n_sessions": 2000,
+                          "vectorization": {"dims": [2], "settings": ["trust_bias"], "n_sessions": 3000,
                                             "estimators": ["naive", "dla", "affine", "production", "labeled"]}}}
-    run_fidelity(cfg, tmp_path, queryset=toy_queryset(60, seed=2))
+    run_fidelity(cfg, tmp_path, queryset=toy_queryset(60, seed=3))
     saved = json.loads((tmp_path / "results.json").read_text())
     plan = saved["training"]["vectorization_trust_bias"]
     assert set(plan) == {"naive", "dla", "affine", "production", "labeled", "vectorization"}
     click = {n: s for n, s in plan.items() if n not in ("production", "labeled")}
-    # Vectorization's own min_steps (freeze + joint = 4030) no longer lengthens its budget
+    # Vectorization's own min_steps (freeze + joint = 4004) no longer lengthens its budget
     assert {s["max_steps"] for s in click.values()} == {24} and {s["steps_run"] for s in click.values()} == {24}
     for key in ("eval_every_steps", "first_validated_step", "patience_steps"):
         assert len({s[key] for s in click.values()}) == 1, key
@@ -361,11 +363,14 @@ def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
     from ltrjax.offline_runner import run_fidelity
     from ltrjax.data.toy import toy_queryset
 
+    one_thread = {"gbdt": {"num_threads": 1}}  # the same trees (gbdt.GBDT_DEFAULTS), faster in a busy process
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"], "randomization_sessions": 2000,
+                          "estimator_options": {"prs_lambda": one_thread, "ips_lambda": one_thread},
                           "prs": {"estimators": ["ips", "prs"], "max_steps": 8, "clicks_per_query": 10,
                                   "click_sweep": [10], "noise": [0.1], "assumed_eta": [1.0], "table1": True,
                                   "table1_rounds": 3}}}
-    res = run_fidelity(cfg, tmp_path, queryset=toy_queryset(40, docs=(5, 20), seed=1), log=lambda *a: None)
+    # the smoke run's data (experiments/offline_fidelity.py): its PRS part compiled the linear ips and prs programs
+    res = run_fidelity(cfg, tmp_path, queryset=toy_queryset(60, seed=3), log=lambda *a: None)
     (c,) = [c for c in res["claims"] if c["id"] == "prs_lambda_gt_ips_lambda"]
     assert c["verdict"] != "untestable" and c["n"] == 2 and 0.0 <= c["p_value"] <= 1.0
     plan = res["training"]["prs_table1"]

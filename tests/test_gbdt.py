@@ -22,6 +22,8 @@ from ltrjax.offline.train import TrainConfig, fit
 from ltrjax.data.toy import toy_queryset
 
 lgb = pytest.importorskip("lightgbm")
+# one LightGBM thread: the same trees (GBDT_DEFAULTS), and no OpenMP threads waiting on the other xdist worker's core
+ONE_THREAD = {"num_threads": 1}
 
 
 def _prs_reference(s, pairs, theta, mask, n_sessions):
@@ -112,13 +114,14 @@ def toy_trial():
     qs = toy_queryset(n_queries=120, n_features=6, docs=(6, 30), y_max=2, seed=5, recipe="latent")
     exp = experiment_config({"experiment": {
         "n_sessions": 20_000, "progress": False, "ranker": "lambdamart", "click_model": {"threshold": 2},
-        "train": {"max_epochs": 40, "patience": 10}, "logging_chunk": 8192, "eval_buckets": 1}})
+        "train": {"max_epochs": 40, "patience": 10}, "logging_chunk": 8192, "eval_buckets": 1,
+        "estimator_options": {"prs": {"gbdt": ONE_THREAD}}}})
     return qs, exp, E.prepare_trial(qs, exp, 0)
 
 
 def test_labeled_trees_select_by_validation_and_beat_random_order(toy_trial):
     qs, exp, trial = toy_trial
-    est = make_estimator("labeled", ranker="lambdamart")
+    est = make_estimator("labeled", ranker="lambdamart", gbdt=ONE_THREAD)
     validate = make_validator(est, trial.vali)
     fr = fit(est, trial.labeled_train, jax.random.PRNGKey(0), qs.n_features, TrainConfig(max_epochs=40, patience=10),
              validate=validate)
@@ -162,6 +165,7 @@ def test_offline_fidelity_prs_part_with_trees_smoke(tmp_path):
 
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"],
                           "train": {"max_epochs": 8, "patience": 3},
+                          "estimator_options": {n: {"gbdt": ONE_THREAD} for n in ("naive", "ips", "pns", "prs")},
                           "prs": {"ranker": "lambdamart", "estimators": ["naive", "ips", "pns", "prs"],
                                   "clicks_per_query": 20, "click_sweep": [20], "noise": [0.0, 0.1],
                                   "assumed_eta": [1.0, 2.0], "table1": False}}}

@@ -164,7 +164,7 @@ def test_no_offline_module_imports_the_config_layer_or_online():
 def test_presented_lists_are_whole_candidate_lists_and_the_budget_counts_clicks(tmp_path):
     """The PRS protocol by default: the whole candidate list (up to list_cap) is presented, the budget is counted
     in clicks, and the results give clicks per logged query; list_size cuts the list where a user asks."""
-    qs = toy_queryset(n_queries=60, docs=(5, 40), seed=4)
+    qs = toy_queryset(n_queries=60, seed=3)  # the fidelity smoke's data: its PRS part compiled these programs
     cfg = {"experiment": {"trials": 1, "n_clicks": 3000, "progress": False, "estimators": ["prs", "ips_oracle"],
                           "train": {"max_steps": 6, "eval_every_steps": 3}, "eval_buckets": 1, "save_models": False}}
     out = run_offline(cfg, tmp_path, queryset=qs)

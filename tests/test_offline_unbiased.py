@@ -112,12 +112,13 @@ def test_prs_is_ips_times_the_lower_examination_in_expectation():
             params = {"ranker": {"params": {"Dense_0": {"kernel": jnp.asarray([[0.3], [-0.5], [0.8]]),
                                                          "bias": jnp.zeros(1, jnp.float64)}}}}
             state = {"step": jnp.int32(0), "props": props}
+            loss = jax.jit(est.loss)  # one program for the 16 click vectors, not one per eager operation
             total = 0.0
             for v, pv in enumerate(prob):
                 batch = ClickBatch(features=feats, mask=jnp.ones((1, k), bool), n_sessions=jnp.ones(1),
                                    clicks=jnp.asarray(vectors[v][None]), pairs=stats.pairs[v][None],
                                    pairs_lambda=stats.pairs_lambda[v][None])
-                total += pv * float(est.loss(params, state, batch, None)[0])
+                total += pv * float(loss(params, state, batch, None)[0])
             return total
 
         np.testing.assert_allclose(expected_loss("prs"), np.sum(w_ips * lower * want * logistic), rtol=1e-12)
