@@ -85,6 +85,19 @@ def sim():
     return wide_sim()
 
 
+def assert_same_runs(got, want):
+    """Member by member (one result per key of ``KEYS``): the same shown lists, clicks, session NDCG, cumulative
+    NDCG and evaluations (NaN, a split not evaluated, equals NaN)."""
+    assert len(got) == len(want) == len(KEYS)
+    for g, w in zip(got, want):
+        for a, b in zip(g.logs, w.logs):
+            np.testing.assert_array_equal(a.shown, b.shown)
+            np.testing.assert_array_equal(a.clicks, b.clicks)
+        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
+        assert g.cum_ndcg == w.cum_ndcg
+        np.testing.assert_equal(g.eval_history, w.eval_history)
+
+
 def ladder(sim):
     """``sim`` with ``sim.segment_widths=ladder`` (per-segment widths; the default is one width per phase)."""
     return Simulator(sim.data, sim.click_model, dataclasses.replace(sim.config, segment_widths="ladder"),
@@ -106,13 +119,7 @@ def test_ladder_widths_give_the_same_run(sim):
     tight = ladder(sim)
     got = tight.run_population(policy, list(KEYS), list(EBRANK_HYPERS), progress=False, keep_logs=True)
     assert tight.width_shapes() > 1  # it did use several width sets
-    assert len(got) == len(want) == len(KEYS)
-    for g, w in zip(got, want):
-        for a, b in zip(g.logs, w.logs):
-            np.testing.assert_array_equal(a.shown, b.shown)
-            np.testing.assert_array_equal(a.clicks, b.clicks)
-        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
-        np.testing.assert_equal(g.eval_history, w.eval_history)
+    assert_same_runs(got, want)
 
 
 @pytest.mark.parametrize("learner, click_rng", [("ebrank", "host"), ("ebrank", "device"), ("pdgd", "host")])
@@ -138,15 +145,8 @@ def test_class_widths_give_the_same_run(sim, learner, click_rng):
                         dataclasses.replace(sim.config, segment_widths="classes", click_rng=click_rng),
                         warmup_policy=sim.warmup_policy)
     got = classes.run_population(policy, keys, hypers, progress=False, keep_logs=True)
-    assert len(got) == len(want) == len(keys)
     assert classes.width_shapes() == 1
-    for g, w in zip(got, want):
-        for a, b in zip(g.logs, w.logs):
-            np.testing.assert_array_equal(a.shown, b.shown)
-            np.testing.assert_array_equal(a.clicks, b.clicks)
-        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
-        np.testing.assert_equal(g.eval_history, w.eval_history)
-        assert g.cum_ndcg == w.cum_ndcg
+    assert_same_runs(got, want)
     if learner == "ebrank" and click_rng == "host":
         assert classes.doc_slot_occupancy(policy, keys) > sim.doc_slot_occupancy(policy, keys)
 
@@ -193,14 +193,7 @@ def test_fitted_lanes_raise_occupancy_and_keep_results(sim):
     wide._steps["main"] = 10_000
     want = wide.run_population(policy, keys, hypers, progress=False, keep_logs=True)
     assert wide._lanes["main"] == wide.n_lanes
-    assert len(got) == len(want) == len(keys)
-    for g, w in zip(got, want):
-        for a, b in zip(g.logs, w.logs):
-            np.testing.assert_array_equal(a.shown, b.shown)
-            np.testing.assert_array_equal(a.clicks, b.clicks)
-        np.testing.assert_array_equal(g.session_ndcg, w.session_ndcg)
-        assert g.cum_ndcg == w.cum_ndcg
-        np.testing.assert_equal(g.eval_history, w.eval_history)  # NaN (splits not evaluated) equal NaN
+    assert_same_runs(got, want)
 
 
 def test_padded_features_block_by_block_equal_one_copy():
