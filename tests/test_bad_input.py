@@ -19,7 +19,8 @@ from ltrjax.data.letor import read_letor
 from ltrjax.data.registry import load_dataset
 from ltrjax.saved import save_model
 from ltrjax import score
-from tests.test_run import REPO, run_cli
+from tests.test_run import run_cli
+from tests.tiny_run import REPO
 
 
 def letor_lines(n_queries, docs=8, n_features=5, seed=0, labels=None, qid0=0):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ltrjax.collect import main
-from tests.tiny_run import DATA_CACHE, TINY, ltrjax_run, suite_cache_env
+from tests.tiny_run import DATA_CACHE, TINY, run_ltrjax
 
 
 CUM = {"ebrank_pbm": {"bm25": [20.0, 22.0, 27.0], "ebrank": [30.0, 31.0, 35.0]},
@@ -186,9 +186,8 @@ def test_real_joblib_multirun_then_collect(tmp_path):
     seed of the suite's tiny run (``tests.tiny_run.TINY``): they build its programs, compiled once per suite."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     sweep = tmp_path / "multirun"
-    cmd = ltrjax_run("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", *TINY, "trials=1",
-                     f"hydra.sweep.dir={sweep}", f"data.cache_dir={DATA_CACHE}")
-    proc = subprocess.run(cmd, cwd=tmp_path, env=suite_cache_env(), capture_output=True, text=True, timeout=300)
+    proc = run_ltrjax("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", *TINY, "trials=1",
+                      f"hydra.sweep.dir={sweep}", f"data.cache_dir={DATA_CACHE}", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (sweep / "multirun.yaml").is_file()
 

@@ -23,7 +23,7 @@ from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
 from ltrjax.schema import (RESOLVED_CONFIG, algorithm_schema, conf_dir, constructor_options, policy_class, validate)
 from tests.shared_data import MQ2008, needs_mq2008
-from tests.tiny_run import ltrjax_run, suite_cache_env
+from tests.tiny_run import run_ltrjax
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -262,8 +262,8 @@ def test_make_policy_and_make_hyper_check_values():
 # --------------------------------------------------------------------------- the command line
 def run_cli(cwd, *overrides, timeout=120):
     """``python -m ltrjax.run`` in ``cwd`` (outputs and data caches there), with the suite's persistent XLA cache."""
-    return subprocess.run(ltrjax_run(*overrides, f"hydra.run.dir={cwd / 'out'}", f"data.cache_dir={cwd / 'cache'}"),
-                          cwd=cwd, env=suite_cache_env(), capture_output=True, text=True, timeout=timeout)
+    return run_ltrjax(*overrides, f"hydra.run.dir={cwd / 'out'}", f"data.cache_dir={cwd / 'cache'}", cwd=cwd,
+                      timeout=timeout)
 
 
 @pytest.mark.parametrize("override, key", [("+sim.entry_prb=0.5", "sim.entry_prb"),

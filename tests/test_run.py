@@ -1,23 +1,20 @@
 """The entry point end to end: ``python -m ltrjax.run ...`` in a subprocess, as a user runs it."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.tiny_run import DATA_CACHE, REPO, TINY, ltrjax_run, suite_cache_env
+from tests.tiny_run import TINY, run_ltrjax
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_cli(tmp_path, *overrides, compile_cache=False, timeout=600):
-    """Run the entry point with its outputs under ``tmp_path``; compiled programs go to the suite's persistent XLA
-    cache (``tests.tiny_run.suite_cache_env``). Data caches go to ``tmp_path`` too, unless ``compile_cache``: then
-    parsed LETOR files are kept beside the suite's XLA cache between test runs."""
-    cache = DATA_CACHE if compile_cache else tmp_path / "cache"
-    cmd = ltrjax_run(*overrides, f"hydra.run.dir={tmp_path / 'out'}", f"data.cache_dir={cache}")
-    return subprocess.run(cmd, cwd=REPO, env=suite_cache_env(), capture_output=True, text=True, timeout=timeout)
+def run_cli(tmp_path, *overrides, timeout=600):
+    """Run the entry point with its outputs and data caches under ``tmp_path``; compiled programs go to the suite's
+    persistent XLA cache (``tests.tiny_run.run_ltrjax``)."""
+    return run_ltrjax(*overrides, f"hydra.run.dir={tmp_path / 'out'}", f"data.cache_dir={tmp_path / 'cache'}",
+                      timeout=timeout)
 
 
 # --------------------------------------------------------------------------- a tiny full run

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ltrjax import record
-from tests.tiny_run import DATA_CACHE, REPO, TINY, ltrjax_run, suite_cache_env
+from tests.tiny_run import DATA_CACHE, REPO, TINY, run_ltrjax
 
 OFFLINE = ("experiment=offline", "+dataset=synthetic", "dataset.n_queries=60", "experiment.trials=1",
            "experiment.n_sessions=3000", "experiment.estimators=[production]", "experiment.train.max_epochs=2",
@@ -24,11 +24,7 @@ OFFLINE = ("experiment=offline", "+dataset=synthetic", "dataset.n_queries=60", "
 
 def cli(out: Path, *overrides, popen=False):
     """``python -m ltrjax.run`` into the run folder ``out``, with the suite's persistent XLA cache."""
-    cmd = ltrjax_run(*overrides, f"hydra.run.dir={out}", f"data.cache_dir={DATA_CACHE}")
-    if popen:
-        return subprocess.Popen(cmd, cwd=REPO, env=suite_cache_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    return subprocess.run(cmd, cwd=REPO, env=suite_cache_env(), capture_output=True, text=True, timeout=600)
+    return run_ltrjax(*overrides, f"hydra.run.dir={out}", f"data.cache_dir={DATA_CACHE}", popen=popen)
 
 
 def fingerprint(folder: Path) -> dict[str, str]:

@@ -4,6 +4,7 @@ test_sharding): the same dataset, sizes and static options everywhere, and the s
 (and are shared with in-process tests that build the same programs)."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import jax
 
 REPO = Path(__file__).resolve().parent.parent
 # the data cache of the runs (parsed LETOR files) beside the suite's XLA cache
-DATA_CACHE = Path(os.environ.get("LTRJAX_TEST_XLA_CACHE", "~/.cache/ltrjax/xla-tests")).expanduser() / "run"
+DATA_CACHE = Path(jax.config.jax_compilation_cache_dir) / "run"  # set by tests/conftest.py
 
 # random_k and ebrank on 40 synthetic queries, top-K 4, one member per compiled chunk: a run of 1 trial and one of
 # 2 trials (or 2 jobs of a sweep) build the same programs
@@ -37,3 +38,13 @@ def ltrjax_run(*overrides: str) -> list[str]:
     """The command line of ``python -m ltrjax.run`` with ``overrides``, using the suite's XLA cache
     (``suite_cache_env``) and no progress bars."""
     return [sys.executable, "-m", "ltrjax.run", *overrides, "jax.compilation_cache=false", "progress=false"]
+
+
+def run_ltrjax(*overrides: str, cwd: Path = REPO, timeout: float = 600, popen: bool = False):
+    """Run ``ltrjax_run(*overrides)`` in ``cwd`` with ``suite_cache_env()``, output captured as text: the finished
+    ``CompletedProcess``, or with ``popen`` the running ``Popen`` (stdout and stderr piped)."""
+    cmd = ltrjax_run(*overrides)
+    if popen:
+        return subprocess.Popen(cmd, cwd=cwd, env=suite_cache_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(cmd, cwd=cwd, env=suite_cache_env(), capture_output=True, text=True, timeout=timeout)
