@@ -3,9 +3,12 @@
 #   1. the carried wheels (.whl/*.whl: hydra-core, omegaconf, antlr4-python3-runtime, rax) unpacked into $SITE;
 #   2. the machine: nvidia-smi, Python, JAX and its devices (stops here unless JAX's backend is a GPU);
 #   3. a smoke run (sessions_per_sec.py --smoke), which stops the script if the project does not run;
-#   4. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 with sim.click_rng=device;
-#   5. benchmarks/sweep.py, 35 members (5 seeds x 7 epsilon values) with vmapped fits (--member-batch 35) and
-#      sim.click_rng=device.
+#   4. benchmarks/sweep.py, 35 members (5 seeds x 7 epsilon values) with the GPU defaults: fits vmapped in blocks
+#      (fit.member_batch=null: 8 on a GPU, or MEMBER_BATCH) and sim.click_rng=auto (device on a GPU);
+#   5. the same sweep with one fit after another (fit.member_batch=1), on the same machine;
+#   6. the exactness tests on the GPU (TESTS: tests/test_train.py, tests/test_population.py,
+#      tests/test_device_rng.py), at XLA's default optimisation level;
+#   7. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 (SPS_POPULATIONS; empty: skipped).
 # Each step runs under `timeout`, within one budget for the whole script ($BUDGET seconds), so one hang
 # cannot eat the machine's time. Files written to $OUT (flat): log.txt (everything), smoke.{log,json},
 # sessions_per_sec.{log,json}, sweep.{log,json}. A step's JSON is its last output line, kept only if complete.
@@ -15,7 +18,8 @@
 #
 # Settings (environment): PYTHON (python3), OUT, BUDGET (420 s), SITE (/tmp/site), CACHE (persistent XLA cache,
 # /tmp/ltrjax-xla), SPS_QUERIES (1000: at 4000 queries the host-side session draws of 256 members take minutes),
-# SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (35), REQUIRE_GPU (1; 0 with SMOKE=1). docs/results/gpu/README.md.
+# SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (empty: the backend's default), TESTS, REQUIRE_GPU (1; 0 with SMOKE=1).
+# docs/results/gpu/README.md.
 set -u -o pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -28,7 +32,8 @@ SITE=${SITE:-/tmp/site}
 CACHE=${CACHE:-/tmp/ltrjax-xla}
 SPS_QUERIES=${SPS_QUERIES:-1000}
 SPS_POPULATIONS=${SPS_POPULATIONS:-1,8,64,256}
-MEMBER_BATCH=${MEMBER_BATCH:-35}
+MEMBER_BATCH=${MEMBER_BATCH:-}
+TESTS=${TESTS-tests/test_train.py tests/test_population.py tests/test_device_rng.py}
 if [ "$SMOKE" = 1 ]; then REQUIRE_GPU=${REQUIRE_GPU:-0}; else REQUIRE_GPU=${REQUIRE_GPU:-1}; fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export LTRJAX_CACHE=${LTRJAX_CACHE:-/tmp/ltrjax-cache}  # generated datasets; the XLA cache is $CACHE
@@ -101,24 +106,38 @@ if sys.argv[1] == "1" and jax.default_backend() != "gpu":
     sys.exit(f"JAX's backend is {jax.default_backend()!r}, not a GPU (REQUIRE_GPU=0 runs anyway)")
 EOF
 
-    local smoke=() sps sweep
+    local smoke=() sps=skipped sweep sweep1 tests=skipped
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
-    # 3. the smoke run: everything the benchmarks import and compile, at tiny sizes
+    # 3. the smoke run: everything the benchmarks import and compile, at tiny sizes (the backend's defaults)
     step smoke 150 "$PY" benchmarks/sessions_per_sec.py --smoke --families ebrank --reference-sessions 100 --json \
-        --cache-dir "$CACHE" sim.click_rng=device \
+        --cache-dir "$CACHE" \
         || { echo "=== ABORT: the smoke run failed (above); nothing else was run"; return 4; }
 
-    # 4. sessions per second (at --smoke: populations 1, 2 and 60 queries)
-    step sessions_per_sec 210 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --families ebrank \
-        --populations "$SPS_POPULATIONS" --queries "$SPS_QUERIES" --repeats 1 --reference-sessions 5000 \
-        --progress-json --cache-dir "$CACHE" sim.click_rng=device
-    sps=$?
-    # 5. the sweep with vmapped fits (at --smoke: 2 seeds x 2 values, 60 queries)
-    step sweep 300 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} --member-batch "$MEMBER_BATCH" --cache-dir "$CACHE" \
-        sim.click_rng=device
+    # 4. the sweep with the backend's defaults (at --smoke: 2 seeds x 2 values, 60 queries)
+    step sweep 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} ${MEMBER_BATCH:+--member-batch "$MEMBER_BATCH"} \
+        --cache-dir "$CACHE"
     sweep=$?
+    # 5. the same with one fit after another
+    step sweep_member_batch1 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} --member-batch 1 \
+        --cache-dir "$CACHE"
+    sweep1=$?
+    # 6. exactness on this backend (population = members, blocks of fits, device clicks)
+    if [ -n "$TESTS" ]; then
+        # shellcheck disable=SC2086  # TESTS is a list of paths
+        step tests 200 env LTRJAX_TEST_XLA_OPT=default LTRJAX_TEST_XLA_CACHE="$CACHE-tests" "$PY" -m pytest \
+            -p no:cacheprovider -n 4 -q $TESTS
+        tests=$?
+    fi
+    # 7. sessions per second (at --smoke: populations 1, 2 and 60 queries)
+    if [ -n "$SPS_POPULATIONS" ]; then
+        step sessions_per_sec 210 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --families ebrank \
+            --populations "$SPS_POPULATIONS" --queries "$SPS_QUERIES" --repeats 1 --reference-sessions 5000 \
+            --progress-json --cache-dir "$CACHE"
+        sps=$?
+    fi
 
-    echo "=== summary ($((SECONDS - START))s; exit codes: sessions_per_sec $sps, sweep $sweep)"
+    echo "=== summary ($((SECONDS - START))s; exit codes: sweep $sweep, sweep_member_batch1 $sweep1, tests $tests," \
+         "sessions_per_sec $sps)"
     "$PY" - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -135,14 +154,15 @@ if s:
             print(f"  {family} x{p}: {rate:,.0f} sessions/s (program {d['program_sessions_per_sec'] or 0:,.0f}, "
                   f"wall {d['wall_sessions_per_sec']:,.0f}; compile {d['compile_seconds']} s)")
     print("  reference (NumPy loop):", s.get("reference_sessions_per_sec"))
-w = load("sweep")
-if w:
-    keys = ("members", "member_batch", "click_rng", "population_seconds", "serial_seconds", "speedup",
-            "speedup_excluding_compile", "population_compile_seconds", "serial_compile_seconds", "max_abs_diff",
-            "same_choice", "chunks", "backend", "device_kind")
-    print("sweep:", {k: w.get(k) for k in keys})
+for name in ("sweep", "sweep_member_batch1"):
+    w = load(name)
+    if w:
+        keys = ("members", "member_batch", "click_rng", "population_seconds", "serial_seconds", "speedup",
+                "speedup_excluding_compile", "population_compile_seconds", "serial_compile_seconds", "max_abs_diff",
+                "same_choice", "chunks", "backend", "device_kind")
+        print(f"{name}:", {k: w.get(k) for k in keys})
 EOF
-    [ "$sps" = 0 ] && [ "$sweep" = 0 ]
+    [ "$sweep" = 0 ] && [ "$sweep1" = 0 ] && [[ "$tests" =~ ^(0|skipped)$ ]] && [[ "$sps" =~ ^(0|skipped)$ ]]
 }
 
 main "$@" 2>&1 | tee "$OUT/log.txt"

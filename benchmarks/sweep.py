@@ -22,10 +22,11 @@ the members' trajectories part, which ``max_abs_diff`` and ``same_choice`` then 
     python benchmarks/sweep.py --json                  # 5 seeds x 7 values = 35 members (many minutes)
     python benchmarks/sweep.py --seeds 2 --queries 400
     python benchmarks/sweep.py --smoke --json          # 2 seeds x 2 values, 60 queries, one retrain: seconds
-    python benchmarks/sweep.py --json --member-batch 35 sim.click_rng=device   # vmapped fits (a GPU)
+    python benchmarks/sweep.py --json --member-batch 8 sim.click_rng=device   # fits in blocks of 8 (a GPU's default)
 
-``--member-batch B`` sets EBRank's ``fit.member_batch`` (both runs: the serial one's single member is vmapped
-alone); trailing arguments are Hydra overrides. ``member_batch``, ``click_rng`` and ``overrides`` are in the JSON.
+``--member-batch B`` sets EBRank's ``fit.member_batch`` (both runs: fits vmapped in blocks of exactly B, the serial
+run's single member padded to a block; default: the backend's, 1 on a CPU and 8 on a GPU); trailing arguments are
+Hydra overrides. ``member_batch`` and ``click_rng`` (as resolved for the backend) and ``overrides`` are in the JSON.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--seeds", type=int, default=5, help="trials (seed, t) for t < this")
     parser.add_argument("--grid", default=None, help="comma-separated epsilon values (default: ebrank.yaml tune)")
     parser.add_argument("--member-batch", type=int, default=None,
-                        help="EBRank's fit.member_batch: members' retraining fits vmapped side by side (35: all of "
-                             "the default sweep's; default: conf/algorithm/ebrank.yaml, one after another)")
+                        help="EBRank's fit.member_batch: members' retraining fits vmapped in blocks of this many "
+                             "(default: the backend's, 1 on a CPU, 8 on a GPU)")
     add_online_arguments(parser, "2 seeds x 2 values, 60 queries, 1,500 sessions (one retrain)")
     args = parser.parse_args(argv)
 
@@ -170,7 +171,7 @@ def main(argv=None) -> dict:
         "same_choice": chosen["population"] == chosen["serial"],
         "chosen": {k: [grid_label(c) for c in v] for k, v in chosen.items()},
         "tune_split": tune_split,
-        "member_batch": int(policy.fit_config.member_batch),  # the fits' vmap width (1: one member after another)
+        "member_batch": int(policy.fit_config.resolved().member_batch),  # the fits' vmap block (1: one after another)
         "click_rng": str(cfg.sim.click_rng),
         "overrides": member_batch + list(args.overrides),
         "members": len(keys),

@@ -62,7 +62,7 @@ class PopulationConfig:
     """Members of one compiled population (``Simulator.run_population``)."""
 
     max_members: PositiveInt | None = None  # cap on members per compiled chunk (null: as many as fit)
-    memory_gb: Positive | None = None  # memory budget of one chunk (null: half the memory available after the data)
+    memory_gb: Positive | None = None  # memory budget of one chunk (null: simulator.memory_budget_default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,7 +345,7 @@ def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, d
     if "fit" in options:
         fit = {**getattr(cls, "default_fit", {}), **(acfg.get("fit") or {}), **fit_override(key, fit_overrides)}
         try:
-            kwargs["fit"] = dataclasses.asdict(FitConfig(**strict_fields(FitConfig, fit, "a fit block")))
+            kwargs["fit"] = dataclasses.asdict(FitConfig(**strict_fields(FitConfig, fit, "a fit block")).resolved())
         except ConfigError as err:
             raise err.within(f"{where}.fit") from None
     tune = typed_values.get("tune")
@@ -503,6 +503,7 @@ def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
         if top.click_log is not None:
             raise ConfigError("click_log", top.click_log, "only experiment=offline trains from a click log; "
                               "the online experiments simulate their own clicks")
+        run["sim"] = top.sim.resolved()  # click_rng "auto" made concrete for this backend: what the run records
         schema = OnlineExperimentConfig if kind == "online" else OnlineTableExperimentConfig
         ecfg = typed(schema, experiment, "experiment", label=f"{kind} experiment")
         run["experiment"] = ecfg

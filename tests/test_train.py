@@ -61,6 +61,41 @@ def test_lbfgs_members_fit_independently():
         np.testing.assert_allclose(np.asarray(both["w"][i]), np.asarray(one["w"][0]), rtol=1e-5, atol=1e-6)
 
 
+def test_member_blocks_fit_a_member_bit_for_bit_wherever_it_sits():
+    """``member_batch=B`` vmaps members in blocks of exactly B, a short population padded with copies of its first
+    member: a member fitted alone (padded to a block) and in a population of 5 (blocks of 2, the last padded), at
+    another place in its block, is the same fit bit for bit, and each member still stops at its own epoch (their
+    data differ in size and noise, so they stop at different epochs: the masking inside a block is exercised)."""
+    cfg = FitConfig(learning_rate=0.05, batch_size=64, max_epochs=40, patience=1, min_delta=0.0, member_batch=2)
+    data = [regression(n, seed=s, noise=z) for s, (n, z) in enumerate([(200, 0.1), (900, 2.0), (450, 0.5),
+                                                                        (700, 1.0), (300, 3.0)])]
+    fit = MemberFit(linear_loss, cfg)
+    keys = jax.random.split(jax.random.PRNGKey(5), len(data))
+    population, infos = fit_members(fit, init(members=len(data)), data, data, keys, "t")
+    assert fit.block == 2 and len(infos) == len(data) and len({i["epochs"] for i in infos}) > 1
+    for i in (0, 3, 4):  # first and second place of a block, and the padded last block
+        alone, info = fit_members(fit, init(), [data[i]], [data[i]], keys[i:i + 1], "t")
+        for a, b in zip(jax.tree_util.tree_leaves(population), jax.tree_util.tree_leaves(alone)):
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b)[0])
+        assert info[0] == infos[i]
+
+
+def test_backend_defaults_resolve_per_backend():
+    """``fit.member_batch=None`` and ``sim.click_rng="auto"`` become concrete per backend (GPU: fits in blocks of
+    ``GPU_MEMBER_BLOCK``, clicks drawn on the device; CPU: one fit after another, clicks drawn on the host); values
+    set explicitly are kept."""
+    from ltrjax.models.train import GPU_MEMBER_BLOCK
+    from ltrjax.online.simulator import SimConfig
+
+    assert FitConfig().member_batch is None and SimConfig().click_rng == "auto"
+    assert FitConfig().resolved("gpu").member_batch == GPU_MEMBER_BLOCK == 8
+    assert FitConfig().resolved("cpu").member_batch == 1
+    assert FitConfig(member_batch=3).resolved("gpu").member_batch == 3
+    assert SimConfig().resolved("gpu").click_rng == "device" and SimConfig().resolved("cpu").click_rng == "host"
+    assert SimConfig(click_rng="host").resolved("gpu").click_rng == "host"
+    assert MemberFit(linear_loss, FitConfig()).block == (8 if jax.default_backend() == "gpu" else 1)
+
+
 def test_fits_do_not_depend_on_their_padding():
     """Examples padded to the split capacity (1000 / 700, rounded up to the batch: 1024 / 768 rows) and to the next
     power of two (4096) give the same fit, bit for bit (padding has weight 0 and is shuffled last). The fit is the

@@ -48,7 +48,9 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
 
     optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"  # also lbfgs (full batch)
     min_examples: NonNegativeInt = 1
-    member_batch: PositiveInt = 1  # members fitted side by side (vmap) within a population; 1 = one after another
+    # members fitted side by side (vmap) in blocks of exactly this width, a short population padded to it; 1 = one
+    # after another (lax.map); None = by backend, 1 on a CPU and GPU_MEMBER_BLOCK on a GPU (``member_block``)
+    member_batch: PositiveInt | None = None
     max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
     lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
     # The stop rule. The initial parameters and every epoch are validated; an epoch that lowers the mean validation
@@ -60,6 +62,18 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
     # (at least P + 2 epochs; the papers' settings, conf/fit_overrides/papers.yaml).
     min_delta: NonNegative = 1e-4
     grace: NonNegativeInt = 0
+
+    def resolved(self, backend: str | None = None) -> "FitConfig":
+        """This config with ``member_batch=None`` made concrete for ``backend`` (default JAX's): 1 on a CPU, where
+        vmapped fits were slower (docs/performance.md), ``GPU_MEMBER_BLOCK`` on a GPU. The runner resolves before it
+        records an algorithm's settings."""
+        if self.member_batch is not None:
+            return self
+        gpu = (backend or jax.default_backend()) == "gpu"
+        return dataclasses.replace(self, member_batch=GPU_MEMBER_BLOCK if gpu else 1)
+
+
+GPU_MEMBER_BLOCK = 8  # fit.member_batch=None on a GPU: members fitted 8 side by side (docs/results/gpu/)
 
 
 def online_rule(cfg: FitConfig) -> fit_loop.Rule:
@@ -217,21 +231,30 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
 class MemberFit:
     """``make_fit``'s fit over the members of a population, one compiled program.
 
-    Members are mapped with ``jax.lax.map(..., batch_size=cfg.member_batch)``: with ``member_batch=1``
-    (the default) each member's fit runs on its own inside the program, so it stops at its own epoch and
-    rounds exactly as a population of one; ``member_batch=B`` vmaps B members at a time (faster where
-    vector units are wide, e.g. GPUs), and then every member of a batch runs until the batch's slowest
-    stops (masked) and results agree with one-by-one fits only up to float rounding.
+    Members are fitted in blocks of exactly ``block`` (``cfg.resolved().member_batch``): ``jax.lax.map`` over the
+    blocks, each
+    block vmapped. A population whose size is not a multiple of the block — a single member too — is padded
+    with copies of its first member, whose results are dropped. A vmapped fit masks a member that has stopped
+    while the others of its block train on, so each member still stops at its own epoch; and since every block
+    has the same width, a member is computed by the same batched program wherever it sits, alone or in any
+    population: bit-identical (tests/test_train.py; a batch of another width, or none, rounds differently).
+    ``block=1`` (a CPU's default) fits one member after another.
     """
 
     def __init__(self, loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order):
-        self.cfg = cfg
+        self.cfg = cfg = cfg.resolved()
         self.fit = make_fit(loss_fn, cfg, shuffle)
-        batch = max(int(cfg.member_batch), 1)
+        self.block = block = int(cfg.member_batch)
 
         def member_fits(params, train, val, keys):  # named: compile logs and CompileMeter.programs show it
-            return jax.lax.map(lambda args: self.fit(*args), (params, train, val, keys),
-                               batch_size=None if batch == 1 else batch)
+            n = keys.shape[0]
+            args = (params, train, val, keys)
+            padded = -(-n // block) * block
+            if padded != n:  # copies of the first member fill the last block; their fits are dropped below
+                args = jax.tree_util.tree_map(
+                    lambda a: jnp.concatenate([a, jnp.repeat(a[:1], padded - n, axis=0)]), args)
+            out = jax.lax.map(lambda member: self.fit(*member), args, batch_size=None if block == 1 else block)
+            return jax.tree_util.tree_map(lambda a: a[:n], out)
 
         self.batched = jax.jit(member_fits)
 

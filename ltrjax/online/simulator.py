@@ -55,7 +55,7 @@ SPLITS = ("train", "vali", "test")
 
 RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappings (ltrjax.clicks)
 DISCOUNTS = ("auto", "log2", "examination")
-CLICK_RNGS = ("host", "device")
+CLICK_RNGS = ("auto", "host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder", "classes")
 CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
@@ -85,9 +85,9 @@ class SimConfig:
     lanes_per_query: Positive = 0.1  # lanes = clip(queries * this, min_lanes, max_lanes)
     min_lanes: PositiveInt = 32
     max_lanes: PositiveInt = 1024
-    # click uniforms: "host" = NumPy PCG64 per segment (the reference-exact default), "device" = jax.random
-    # inside the compiled step (no host work or transfer per segment; for GPUs)
-    click_rng: Annotated[str, OneOf(CLICK_RNGS)] = "host"
+    # click uniforms: "host" = NumPy PCG64 per segment (reference-exact), "device" = jax.random inside the compiled
+    # step (no host work or transfer per segment; for GPUs), "auto" = "device" on a GPU, else "host" (``resolved``)
+    click_rng: Annotated[str, OneOf(CLICK_RNGS)] = "auto"
     # queries evaluated (Warm/Cold NDCG) at the intermediate evaluation points: "test" (what the reports show
     # over time; ~1/5 of the evaluation work) or "all" splits; the final point always evaluates every query
     history_splits: Annotated[str, OneOf(HISTORY_SPLITS)] = "test"
@@ -116,6 +116,15 @@ class SimConfig:
     def from_mapping(cls, cfg) -> "SimConfig":
         """A SimConfig from a mapping (the ``sim`` block); a key it does not have is refused (``ConfigError``)."""
         return cls(**strict_fields(cls, cfg, "sim"))  # __post_init__ makes initial_docs a tuple
+
+    def resolved(self, backend: str | None = None) -> "SimConfig":
+        """This config with ``click_rng="auto"`` made concrete for ``backend`` (default JAX's): ``"device"`` on a GPU,
+        ``"host"`` elsewhere. The runner resolves before it records the settings, so a results folder names the
+        draws it used, and a rerun on another backend is refused rather than mixing them."""
+        if self.click_rng != "auto":
+            return self
+        gpu = (backend or jax.default_backend()) == "gpu"
+        return dataclasses.replace(self, click_rng="device" if gpu else "host")
 
     @property
     def n_segments(self) -> int:
@@ -477,6 +486,19 @@ def available_memory() -> int:
     return physical_memory() // 4
 
 
+def memory_budget_default() -> int:
+    """A population's default memory budget (``population.memory_gb=null``): half the memory still available —
+    the host's (``available_memory``), and on an accelerator also its free device memory (``memory_stats``: the
+    limit less what is in use), whichever is smaller, since the members' state and segment buffers live there."""
+    free = available_memory()
+    device = jax.devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() or {}
+        if "bytes_limit" in stats:
+            free = min(free, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+    return free // 2
+
+
 @functools.lru_cache(maxsize=None)
 def _malloc_trim():
     try:
@@ -502,8 +524,9 @@ class Simulator:
 
     ``max_members`` caps how many members one compiled program advances at once (a population is
     split into chunks of at most that many); by default the chunk is as large as fits into
-    ``memory_budget`` bytes (half the memory still available when the simulator is built, so after the
-    data), estimated from the state and per-segment sizes.
+    ``memory_budget`` bytes (``memory_budget_default``: half the memory still available when the simulator is
+    built, so after the data — the host's, and on a GPU the smaller of it and the GPU's), estimated from the state
+    and per-segment sizes. ``config.click_rng="auto"`` is resolved for JAX's backend (``SimConfig.resolved``).
     """
 
     def __init__(self, data: PaddedDataset, click_model: click_lib.ClickModel, config: SimConfig,
@@ -515,10 +538,10 @@ class Simulator:
             raise ValueError(f"max_members must be >= 1, got {max_members}")
         self.data = data
         self.click_model = click_model
-        self.config = config
+        self.config = config = config.resolved()
         self.warmup_policy = warmup_policy
         self.max_members = None if max_members is None else int(max_members)
-        self.memory_budget = int(memory_budget) if memory_budget else available_memory() // 2
+        self.memory_budget = int(memory_budget) if memory_budget else memory_budget_default()
         self.discount = ndcg_discount(config, click_model)
         self.uniform_rows = 2 if click_model.kind == "cascade" else 1
         self.protocol = step_lib.Protocol(click_model=click_model, discount=self.discount, top_k=config.top_k,
