@@ -63,9 +63,10 @@ def test_lbfgs_members_fit_independently():
 
 def test_member_blocks_fit_a_member_bit_for_bit_wherever_it_sits():
     """``member_batch=B`` vmaps members in blocks of exactly B, a short population padded with copies of its first
-    member: a member fitted alone (padded to a block) and in a population of 5 (blocks of 2, the last padded), at
-    another place in its block, is the same fit bit for bit, and each member still stops at its own epoch (their
-    data differ in size and noise, so they stop at different epochs: the masking inside a block is exercised)."""
+    member: a member fitted alone (padded to a block), in a population of 5 (blocks of 2, the last padded) and in
+    one of 4 (whole blocks, no padding: a GPU fused that case differently until the blocks were fenced), at another
+    place in its block, is the same fit bit for bit, and each member still stops at its own epoch (their data
+    differ in size and noise, so they stop at different epochs: the masking inside a block is exercised)."""
     cfg = FitConfig(learning_rate=0.05, batch_size=64, max_epochs=40, patience=1, min_delta=0.0, member_batch=2)
     data = [regression(n, seed=s, noise=z) for s, (n, z) in enumerate([(200, 0.1), (900, 2.0), (450, 0.5),
                                                                         (700, 1.0), (300, 3.0)])]
@@ -73,11 +74,16 @@ def test_member_blocks_fit_a_member_bit_for_bit_wherever_it_sits():
     keys = jax.random.split(jax.random.PRNGKey(5), len(data))
     population, infos = fit_members(fit, init(members=len(data)), data, data, keys, "t")
     assert fit.block == 2 and len(infos) == len(data) and len({i["epochs"] for i in infos}) > 1
+    whole, whole_infos = fit_members(fit, init(members=4), data[1:], data[1:], keys[1:], "t")
     for i in (0, 3, 4):  # first and second place of a block, and the padded last block
         alone, info = fit_members(fit, init(), [data[i]], [data[i]], keys[i:i + 1], "t")
         for a, b in zip(jax.tree_util.tree_leaves(population), jax.tree_util.tree_leaves(alone)):
             np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b)[0])
         assert info[0] == infos[i]
+        if i:  # member i is at place i - 1 of the 4
+            for a, b in zip(jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(alone)):
+                np.testing.assert_array_equal(np.asarray(a)[i - 1], np.asarray(b)[0])
+            assert whole_infos[i - 1] == info[0]
 
 
 def test_backend_defaults_resolve_per_backend():

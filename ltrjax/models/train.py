@@ -22,6 +22,7 @@ import optax
 
 from ltrjax.constraints import NonNegative, NonNegativeInt, OneOf, PositiveInt
 from ltrjax.models import fit_config, fit_loop, optim
+from ltrjax.models.blocks import map_in_blocks
 from ltrjax.models.fit_config import FitFields
 
 PyTree = Any
@@ -231,13 +232,12 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
 class MemberFit:
     """``make_fit``'s fit over the members of a population, one compiled program.
 
-    Members are fitted in blocks of exactly ``block`` (``cfg.resolved().member_batch``): ``jax.lax.map`` over the
-    blocks, each
-    block vmapped. A population whose size is not a multiple of the block — a single member too — is padded
-    with copies of its first member, whose results are dropped. A vmapped fit masks a member that has stopped
-    while the others of its block train on, so each member still stops at its own epoch; and since every block
-    has the same width, a member is computed by the same batched program wherever it sits, alone or in any
-    population: bit-identical (tests/test_train.py; a batch of another width, or none, rounds differently).
+    Members are fitted in blocks of exactly ``block`` (``cfg.resolved().member_batch``, ``ltrjax.models.blocks``):
+    a population whose size is not a multiple of the block — a single member too — is padded with copies of its
+    first member, whose fits are dropped. A vmapped fit masks a member that has stopped while the others of its
+    block train on, so each member still stops at its own epoch; and since every block has the same width, a
+    member is computed by the same batched program wherever it sits, alone or in any population: bit-identical
+    (tests/test_train.py; a batch of another width, or none, rounds differently).
     ``block=1`` (a CPU's default) fits one member after another.
     """
 
@@ -247,14 +247,7 @@ class MemberFit:
         self.block = block = int(cfg.member_batch)
 
         def member_fits(params, train, val, keys):  # named: compile logs and CompileMeter.programs show it
-            n = keys.shape[0]
-            args = (params, train, val, keys)
-            padded = -(-n // block) * block
-            if padded != n:  # copies of the first member fill the last block; their fits are dropped below
-                args = jax.tree_util.tree_map(
-                    lambda a: jnp.concatenate([a, jnp.repeat(a[:1], padded - n, axis=0)]), args)
-            out = jax.lax.map(lambda member: self.fit(*member), args, batch_size=None if block == 1 else block)
-            return jax.tree_util.tree_map(lambda a: a[:n], out)
+            return map_in_blocks(lambda member: self.fit(*member), (params, train, val, keys), block)
 
         self.batched = jax.jit(member_fits)
 

@@ -26,6 +26,7 @@ from jax.scipy.special import betaln
 
 from ltrjax.constraints import NonNegative, OneOf, Positive, PositiveInts
 from ltrjax.data.layout import Bucket, PaddedDataset
+from ltrjax.models.blocks import map_in_blocks
 from ltrjax.models.scorers import BetaPrior
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online.policies.base import Policy
@@ -171,15 +172,10 @@ def prior_nll_betaln(alpha, beta, c, n, clamp: float):
 
 def block_alpha(model, priors, features: jax.Array, block: int = MEMBER_BLOCK) -> jax.Array:
     """alpha ``[P, *features.shape[:-1]]`` of ``P`` stacked priors (leading member axis) over one shared feature
-    array ``[..., F]`` (Eq. 14's prior f_theta): the members, padded with copies of the last one to a multiple of
-    ``block``, go ``block`` at a time through one product over the features (``vmap`` of the prior over the block
-    with the features unbatched: a single GEMM), so the features are read once per block instead of per member."""
-    n = jax.tree_util.tree_leaves(priors)[0].shape[0]
-    pad = (-n) % block
-    blocks = jax.tree_util.tree_map(
-        lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]).reshape((-1, block) + a.shape[1:]), priors)
-    out = jax.lax.map(lambda b: jax.vmap(lambda p: model.apply(p, features))(b), blocks)
-    return out.reshape((-1,) + out.shape[2:])[:n]
+    array ``[..., F]`` (Eq. 14's prior f_theta): the members go ``block`` at a time through one product over the
+    features (``ltrjax.models.blocks.map_in_blocks``: ``vmap`` of the prior over the block with the features
+    unbatched, a single GEMM), so the features are read once per block instead of per member."""
+    return map_in_blocks(lambda prior, f: model.apply(prior, f), priors, block, features)
 
 
 @struct.dataclass
