@@ -31,7 +31,7 @@ BUDGET=${BUDGET:-420}
 SITE=${SITE:-/tmp/site}
 CACHE=${CACHE:-/tmp/ltrjax-xla}
 SPS_QUERIES=${SPS_QUERIES:-1000}
-SPS_POPULATIONS=${SPS_POPULATIONS:-1,8,64,256}
+SPS_POPULATIONS=${SPS_POPULATIONS-1,8,64,256}  # set but empty: skipped
 MEMBER_BATCH=${MEMBER_BATCH:-}
 TESTS=${TESTS-tests/test_train.py tests/test_population.py tests/test_device_rng.py}
 if [ "$SMOKE" = 1 ]; then REQUIRE_GPU=${REQUIRE_GPU:-0}; else REQUIRE_GPU=${REQUIRE_GPU:-1}; fi

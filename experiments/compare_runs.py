@@ -235,8 +235,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="compare two tiny runs made on the fly")
     args = parser.parse_args(argv)
     from ltrjax.compile_cache import ensure_compilation_cache
+    from ltrjax.precision import set_matmul_precision
 
     ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
+    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
     with tempfile.TemporaryDirectory() as tmp:
         runs = smoke_runs(Path(tmp)) if args.smoke else args.runs
         if len(runs) != 2:

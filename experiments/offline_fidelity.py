@@ -35,8 +35,10 @@ def main(argv=None) -> dict:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     from ltrjax.compile_cache import ensure_compilation_cache
+    from ltrjax.precision import set_matmul_precision
 
     ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
+    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
     from ltrjax.offline_runner import run_fidelity
     cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None

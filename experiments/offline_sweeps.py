@@ -148,8 +148,10 @@ def main(argv=None):
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     from ltrjax.compile_cache import ensure_compilation_cache
+    from ltrjax.precision import set_matmul_precision
 
     ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
+    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
     if args.sweep is None:
         if not args.smoke:
             ap.error("--sweep is required (unless --smoke)")

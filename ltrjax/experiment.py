@@ -12,15 +12,18 @@ from ltrjax.schema import ResolvedRun, resolve, write_resolved_config
 log = logging.getLogger("ltrjax")
 
 
-def enable_compilation_cache(run: ResolvedRun) -> None:
-    """Persist compiled XLA programs between runs (``jax.compilation_cache``), under the data cache's ``xla`` folder
-    (``ltrjax.compile_cache``, the one switch every script uses), when ``jax.compilation_cache`` is on."""
+def configure_jax(run: ResolvedRun) -> None:
+    """The ``jax`` block: float32 matrix products at ``jax.matmul_precision`` (``ltrjax.precision``), and compiled
+    XLA programs persisted between runs (``jax.compilation_cache``) under the data cache's ``xla`` folder
+    (``ltrjax.compile_cache``, the one switch every script uses)."""
+    from ltrjax.precision import set_matmul_precision
+
+    set_matmul_precision(run.jax.matmul_precision)
     if not run.jax.compilation_cache:
         return
-    from ltrjax.compile_cache import default_cache_dir
-    from ltrjax.compile_cache import enable_compilation_cache as enable
+    from ltrjax.compile_cache import default_cache_dir, enable_compilation_cache
 
-    enable(default_cache_dir(run.data.cache_dir or None))
+    enable_compilation_cache(default_cache_dir(run.data.cache_dir or None))
 
 
 def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
@@ -74,7 +77,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
                 on_accepted()
 
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
-        enable_compilation_cache(run)
+        configure_jax(run)
         kind = run.kind
         if kind in ("online", "online_table"):
             from ltrjax.online.simulator import release_free_heap

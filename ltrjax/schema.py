@@ -49,6 +49,7 @@ from ltrjax.offline.config import TOP_LEVEL as OFFLINE_TOP_LEVEL
 from ltrjax.offline.config import FidelityConfig, OfflineConfig
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
+from ltrjax.precision import MATMUL_PRECISIONS
 from ltrjax.structured import allowed_text, conf_dir, join_key, lookup, typed, writable
 
 log = logging.getLogger("ltrjax")
@@ -82,6 +83,8 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class JaxConfig:
     compilation_cache: bool = True
+    # float32 matrix products: "highest" (float32 on every backend), or "default" (a GPU's TF32; ltrjax.precision)
+    matmul_precision: Annotated[str, OneOf(MATMUL_PRECISIONS)] = "highest"
 
 
 @dataclasses.dataclass(frozen=True)
