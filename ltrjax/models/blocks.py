@@ -6,8 +6,8 @@ first member, whose results are dropped) to whole blocks, and ``jax.lax.map`` ru
 block ``vmap``-ped. Every member is then computed by the same batched program, alone or at any place of any
 population. The block's inputs and outputs are fenced with ``jax.lax.optimization_barrier``: without it XLA fused
 the block with its surroundings, which differ between a population of exactly one block (no padding) and others,
-and a GPU rounded 7 of 8 members of EBRank's prior differently (docs/results/gpu/). ``block=1`` maps ``fn`` over the
-members unbatched (no padding, no fence): the CPU default.
+and a GPU rounded 7 of 8 members of EBRank's prior differently (docs/results/gpu_h100/). ``block=1`` maps ``fn``
+over the members unbatched (no padding, no fence): the CPU default.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
     optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"  # also lbfgs (full batch)
     min_examples: NonNegativeInt = 1
     # members fitted side by side (vmap) in blocks of exactly this width, a short population padded to it; 1 = one
-    # after another (lax.map); None = by backend, 1 on a CPU and GPU_MEMBER_BLOCK on a GPU (``member_block``)
+    # after another (lax.map); None = by backend, 1 on a CPU and GPU_MEMBER_BLOCK on a GPU (``resolved``)
     member_batch: PositiveInt | None = None
     max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
     lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
@@ -74,7 +74,7 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
         return dataclasses.replace(self, member_batch=GPU_MEMBER_BLOCK if gpu else 1)
 
 
-GPU_MEMBER_BLOCK = 8  # fit.member_batch=None on a GPU: members fitted 8 side by side (docs/results/gpu/)
+GPU_MEMBER_BLOCK = 8  # fit.member_batch=None on a GPU: members fitted 8 side by side (docs/results/gpu_h100/)
 
 
 def online_rule(cfg: FitConfig) -> fit_loop.Rule:
