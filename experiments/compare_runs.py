@@ -234,11 +234,9 @@ def main(argv=None) -> dict:
                         help="a metric is within noise when its trial-level sign-flip p is at least this")
     parser.add_argument("--smoke", action="store_true", help="compare two tiny runs made on the fly")
     args = parser.parse_args(argv)
-    from ltrjax.compile_cache import ensure_compilation_cache
-    from ltrjax.precision import set_matmul_precision
+    from ltrjax.experiment import configure_jax
 
-    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
-    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
+    configure_jax()  # as ltrjax.run: float32 products, compiled programs persist between runs
     with tempfile.TemporaryDirectory() as tmp:
         runs = smoke_runs(Path(tmp)) if args.smoke else args.runs
         if len(runs) != 2:

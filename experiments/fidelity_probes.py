@@ -210,11 +210,9 @@ def main(argv=None) -> dict:
     parser.add_argument("probes", nargs="*", choices=[[], *PROBES], help="default: all")
     parser.add_argument("--smoke", action="store_true", help="toy sizes (seconds): for tests")
     args = parser.parse_args(argv)
-    from ltrjax.compile_cache import ensure_compilation_cache
-    from ltrjax.precision import set_matmul_precision
+    from ltrjax.experiment import configure_jax
 
-    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
-    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
+    configure_jax()  # as ltrjax.run: float32 products, compiled programs persist between runs
     size = SMOKE if args.smoke else Sizes()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     results = {}

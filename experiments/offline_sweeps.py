@@ -147,11 +147,9 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="a tiny sweep (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    from ltrjax.compile_cache import ensure_compilation_cache
-    from ltrjax.precision import set_matmul_precision
+    from ltrjax.experiment import configure_jax
 
-    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
-    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
+    configure_jax()  # as ltrjax.run: float32 products, compiled programs persist between runs
     if args.sweep is None:
         if not args.smoke:
             ap.error("--sweep is required (unless --smoke)")

@@ -44,11 +44,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="a tiny run (seconds), for tests")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    from ltrjax.compile_cache import ensure_compilation_cache
-    from ltrjax.precision import set_matmul_precision
+    from ltrjax.experiment import configure_jax
 
-    ensure_compilation_cache()  # compiled programs persist between runs (ltrjax.compile_cache)
-    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
+    configure_jax()  # as ltrjax.run: float32 products, compiled programs persist between runs
     from ltrjax.offline_runner import run_offline
 
     dataset = args.dataset or (SMOKE_DATASET if args.smoke else "mq2008")

@@ -7,23 +7,26 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ltrjax.schema import ResolvedRun, resolve, write_resolved_config
+from ltrjax.schema import JaxConfig, ResolvedRun, resolve, write_resolved_config
 
 log = logging.getLogger("ltrjax")
 
 
-def configure_jax(run: ResolvedRun) -> None:
+def configure_jax(run: ResolvedRun | None = None) -> None:
     """The ``jax`` block: float32 matrix products at ``jax.matmul_precision`` (``ltrjax.precision``), and compiled
     XLA programs persisted between runs (``jax.compilation_cache``) under the data cache's ``xla`` folder
-    (``ltrjax.compile_cache``, the one switch every script uses)."""
+    (``ltrjax.compile_cache``, the one switch every script uses). Without a run (the experiment scripts): the
+    block's defaults, and the cache folder this process already uses, if any (``ensure_compilation_cache``)."""
+    from ltrjax.compile_cache import default_cache_dir, enable_compilation_cache, ensure_compilation_cache
     from ltrjax.precision import set_matmul_precision
 
-    set_matmul_precision(run.jax.matmul_precision)
-    if not run.jax.compilation_cache:
+    if run is None:
+        set_matmul_precision(JaxConfig().matmul_precision)
+        ensure_compilation_cache()
         return
-    from ltrjax.compile_cache import default_cache_dir, enable_compilation_cache
-
-    enable_compilation_cache(default_cache_dir(run.data.cache_dir or None))
+    set_matmul_precision(run.jax.matmul_precision)
+    if run.jax.compilation_cache:
+        enable_compilation_cache(default_cache_dir(run.data.cache_dir or None))
 
 
 def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import jax
 
 MATMUL_PRECISIONS = ("highest", "high", "default")  # float32; bf16x3 (GPU); the backend's fastest (TF32 on a GPU)
+DEFAULT_MATMUL_PRECISION = "highest"  # jax.matmul_precision's default (ltrjax.schema.JaxConfig)
 
 
-def set_matmul_precision(precision: str = "highest") -> None:
+def set_matmul_precision(precision: str = DEFAULT_MATMUL_PRECISION) -> None:
     """Set JAX's default precision of float32 matrix products for this process (``jax_default_matmul_precision``)."""
     if precision not in MATMUL_PRECISIONS:
         raise ValueError(f"matmul precision {precision!r}: expected one of {MATMUL_PRECISIONS}")

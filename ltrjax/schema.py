@@ -49,7 +49,7 @@ from ltrjax.offline.config import TOP_LEVEL as OFFLINE_TOP_LEVEL
 from ltrjax.offline.config import FidelityConfig, OfflineConfig
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
-from ltrjax.precision import MATMUL_PRECISIONS
+from ltrjax.precision import DEFAULT_MATMUL_PRECISION, MATMUL_PRECISIONS
 from ltrjax.structured import allowed_text, conf_dir, join_key, lookup, typed, writable
 
 log = logging.getLogger("ltrjax")
@@ -84,7 +84,7 @@ class DataConfig:
 class JaxConfig:
     compilation_cache: bool = True
     # float32 matrix products: "highest" (float32 on every backend), or "default" (a GPU's TF32; ltrjax.precision)
-    matmul_precision: Annotated[str, OneOf(MATMUL_PRECISIONS)] = "highest"
+    matmul_precision: Annotated[str, OneOf(MATMUL_PRECISIONS)] = DEFAULT_MATMUL_PRECISION
 
 
 @dataclasses.dataclass(frozen=True)

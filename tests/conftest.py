@@ -24,7 +24,10 @@ jax.config.update(
 # builds its own Simulator or policy; at 0 those later builds read it back from disk.
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-jax.config.update("jax_default_matmul_precision", "highest")  # as the entry points set it (ltrjax.precision)
+
+from ltrjax.precision import set_matmul_precision  # noqa: E402
+
+set_matmul_precision()  # float32 products, as the entry points set them
 
 
 @pytest.fixture
