@@ -71,9 +71,17 @@ def _ndcg(shape: str, name: str, ranker: str = "linear") -> tuple[float, float]:
     return float(np.mean(est)), float(np.mean(prod))
 
 
+# The labeled-data skyline (an upper reference, trained on every label: on these long lists its pairwise loss is the
+# longest case, about a third of the default cases' time) runs under -m slow. By default its training is checked by
+# tests/test_offline_experiment.py (fit keeps the best epoch, end-to-end run), tests/test_saved_models.py and the
+# offline benchmark smokes, and the production ranker, trained by the same loss, runs in every case here.
+SLOW_BY_DEFAULT = {"labeled"}
+
+
 def _cases():
     for name in ALL_ESTIMATORS:
-        yield pytest.param(DEFAULT_SHAPE, name, id=f"{DEFAULT_SHAPE}-{name}")
+        marks = pytest.mark.slow if name in SLOW_BY_DEFAULT else ()
+        yield pytest.param(DEFAULT_SHAPE, name, id=f"{DEFAULT_SHAPE}-{name}", marks=marks)
         for shape in SHAPES:
             if shape != DEFAULT_SHAPE:
                 yield pytest.param(shape, name, id=f"{shape}-{name}", marks=pytest.mark.slow)

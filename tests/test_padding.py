@@ -122,7 +122,12 @@ def test_ladder_widths_give_the_same_run(sim):
     assert_same_runs(got, want)
 
 
-@pytest.mark.parametrize("learner, click_rng", [("ebrank", "host"), ("ebrank", "device"), ("pdgd", "host")])
+# Width classes are opt-in (the default is one width per phase): by default the EBRank case on the host runs; the
+# device-drawn clicks and PDGD (which scans every slot) run under -m slow. Device clicks in the default mode are
+# checked by tests/test_device_rng.py and PDGD's population by tests/test_population.py.
+@pytest.mark.parametrize("learner, click_rng", [("ebrank", "host"),
+                                                pytest.param("ebrank", "device", marks=pytest.mark.slow),
+                                                pytest.param("pdgd", "host", marks=pytest.mark.slow)])
 def test_class_widths_give_the_same_run(sim, learner, click_rng):
     """Width classes (``segment_widths=classes``: per segment every query scans the smallest class width that holds
     its documents, one program per phase) change only the schedule and the scanned slots: a population of two

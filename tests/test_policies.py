@@ -17,6 +17,16 @@ from tests.online_toy import KEY, toy_data, toy_sim
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 ALGORITHMS = sorted(p.stem for p in (CONF / "algorithm").glob("*.yaml"))
+# Shipped configs that combine a policy's exploration strategy with a feature setting that other configs already run
+# here: the UCB strategies (ucb_topk, ucb_epsilon, ucb_randomk) run with the default setting, and each setting runs
+# with UCBRank (ucbrank_concat, ucbrank_ctr, ucbrank_ie). Their combinations run under -m slow; by default they are
+# covered by tests/test_ucbrank.py::test_configs_build_policies (every combination builds with its strategy and
+# setting), tests/test_config.py::test_every_shipped_algorithm_config_validates, and the vectorized-equals-reference
+# checks of the concat learners (test_counterfactual.py: cftopk_concat, cfepsilon_concat; test_online_learners.py:
+# pdgd_concat, mgd_concat, whose one-candidate case is DBGD).
+COMBINED = {f"{strategy}_{setting}" for strategy in ("ucb_topk", "ucb_epsilon", "ucb_randomk")
+            for setting in ("concat", "ctr", "ie")} | {f"{learner}_concat" for learner in (
+                "cftopk", "cfepsilon", "cfrandomk", "dbgd", "mgd", "pdgd")}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +40,8 @@ def algorithm_config(name: str):
         return compose(config_name="config", overrides=[f"+algorithm@probe={name}"]).probe
 
 
-@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in COMBINED else n
+                                  for n in ALGORITHMS])
 def test_algorithm_config_runs(sim, name):
     acfg = algorithm_config(name)
     if "min_impressions" in acfg:
@@ -44,6 +55,10 @@ def test_algorithm_config_runs(sim, name):
         assert all(np.isfinite(v) for v in info.values() if isinstance(v, float))
     if policy.trains:
         assert any(not info.get("skipped") for info in result.train_info)
+
+
+def test_combined_configs_are_shipped_configs():
+    assert COMBINED <= set(ALGORITHMS)  # a renamed config must not drop out of the slow runs unnoticed
 
 
 def test_trials_reuse_compiled_segments():

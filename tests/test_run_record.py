@@ -114,13 +114,18 @@ def test_reports_say_what_they_are(finished):
 
 
 # --------------------------------------------------------------------------- refused reruns ("Why" 1, 2, 3)
+# Each case is a whole command (a Python process). By default: an algorithm option, a run that fails validation, and
+# another experiment kind. Under -m slow, the other recorded keys; by default test_results_record_each_rows_settings
+# checks that the record holds them (_target_, seed, click model, sim) and test_differences_and_refusal_name_every_key
+# that a difference in any recorded key refuses.
 @pytest.mark.parametrize("overrides, named", [
     (("algorithms.ebrank.beta=50",), ("algorithm.beta: 5.0 → 50.0",)),
-    (("algorithms.random_k._target_=ltrjax.online.policies.bm25.BM25",),
-     ('algorithm._target_: "ltrjax.online.policies.random_k.RandomK" → "ltrjax.online.policies.bm25.BM25"',)),
-    (("seed=3",), ("seed: 0 → 3",)),
-    (("click_model=cascade",), ('click_model.kind: "pbm" → "cascade"',)),
-    (("sim.top_k=5",), ("sim.top_k: 4 → 5",)),
+    pytest.param(("algorithms.random_k._target_=ltrjax.online.policies.bm25.BM25",),
+                 ('algorithm._target_: "ltrjax.online.policies.random_k.RandomK" → '
+                  '"ltrjax.online.policies.bm25.BM25"',), marks=pytest.mark.slow),
+    pytest.param(("seed=3",), ("seed: 0 → 3",), marks=pytest.mark.slow),
+    pytest.param(("click_model=cascade",), ('click_model.kind: "pbm" → "cascade"',), marks=pytest.mark.slow),
+    pytest.param(("sim.top_k=5",), ("sim.top_k: 4 → 5",), marks=pytest.mark.slow),
     (("trials=0",), ("trials",)),  # fails validation: nothing of the finished run is rewritten either
     (("experiment.kind=online_table",), ("experiment.kind: \"online\" → \"online_table\"",)),
 ])
@@ -231,7 +236,13 @@ def test_two_runs_into_one_folder_one_is_refused_naming_the_pid(tmp_path):
             assert first.poll() is None, first.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the first run never took the lock"
             time.sleep(0.05)
-        second = cli(out, *TINY, "trials=1", "~algorithms.ebrank")
+        # paused while the second run starts, so that it cannot finish first (a tiny run takes about as long as a
+        # Python start-up); a stopped process still holds its lock
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = cli(out, *TINY, "trials=1", "~algorithms.ebrank")
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
         assert_refused(second, f"pid {first.pid}", str(out))
         _, err = first.communicate(timeout=600)
         assert first.returncode == 0, err[-3000:]
