@@ -29,6 +29,9 @@ from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilon", type=float, default=None, help="default: conf/algorithm/ebrank.yaml")
+    parser.add_argument("--occupancy-only", action="store_true",
+                        help="only the main phase's doc_slot_occupancy and scanned widths, from the trial's plans "
+                             "(nothing is simulated or compiled; a minute at synthetic_mslr30k shape)")
     add_online_arguments(parser, "60 queries, 1,500 sessions in 2 segments (one retrain)")
     args = parser.parse_args(argv)
 
@@ -48,6 +51,8 @@ def main(argv=None) -> dict:
     sim = build_simulator(cfg, data)
     acfg = cfg.algorithms["ebrank"]
     policy, _ = make_policy("ebrank", acfg, data, cfg.fit_overrides, "ebrank")
+    if args.occupancy_only:
+        return emit(occupancy_only(sim, policy, trial_key(cfg, 0), args.preset, data.n_queries), args.json)
     with CompileMeter() as compile_meter:
         tic = time.perf_counter()
         result = sim.run(policy, trial_key(cfg, 0), progress=not args.json)
@@ -73,6 +78,19 @@ def main(argv=None) -> dict:
            "cum_ndcg": result.cum_ndcg["test"], "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg,
            **machine()}
     return emit(out, args.json)
+
+
+def occupancy_only(sim, policy, key, preset: str, n_queries: int) -> dict:
+    """The plans' figures of one EBRank trial, nothing simulated: ``doc_slot_occupancy``, the widths its main phase
+    scans per bucket (``sim.segment_widths``: one width, or the class widths) and ``step_copies``, the copies of the
+    session step in the phase's segment program (one per bucket, or per bucket and class width)."""
+    occupancy = sim.doc_slot_occupancy(policy, [key])
+    widths = sim.width_sets()
+    copies = [sum(len(w) if isinstance(w, tuple) else 1 for w in shape) for shape in widths]
+    return {"preset": preset, "queries": n_queries, "sessions": sim.session_counts()[1],
+            "segment_widths": sim.config.segment_widths, "width_classes": sim.config.width_classes,
+            "doc_slot_occupancy": occupancy, "segment_width_shapes": sim.width_shapes(), "widths": widths,
+            "step_copies": max(copies), **machine()}
 
 
 if __name__ == "__main__":

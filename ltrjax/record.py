@@ -141,7 +141,7 @@ ONLINE_KINDS = ("online", "online_table", "ucbrank_table")
 REPORTING_KEYS = ("history_splits",)
 # sim keys that change only how the same sessions are computed (the scanned slots and the schedule; results are
 # bit for bit the same, tests/test_padding.py): recorded in the header, ignored by resume and compare_runs.py
-PERFORMANCE_KEYS = ("segment_widths",)
+PERFORMANCE_KEYS = ("segment_widths", "width_classes")
 NON_PROTOCOL_KEYS = REPORTING_KEYS + PERFORMANCE_KEYS
 ROW_IGNORED = tuple(f"sim.{k}" for k in NON_PROTOCOL_KEYS)  # the same keys in a row's recorded settings
 

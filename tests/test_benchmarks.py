@@ -125,6 +125,22 @@ def test_end_to_end_smoke(capsys):
     assert out["compile_share"] == pytest.approx(out["compile_seconds"] / out["wall_seconds"])
 
 
+def test_end_to_end_occupancy_only_smoke(capsys):
+    """``--occupancy-only``: the plans' occupancy and widths, nothing compiled; width classes (at most
+    ``sim.width_classes`` per bucket, one copy of the session step each) scan fewer padded slots than one width."""
+    out = {}
+    for mode in ("phase", "classes"):
+        _, stdout = run_main("benchmarks/end_to_end.py", ["--smoke", "--json", "--occupancy-only",
+                                                          f"sim.segment_widths={mode}", "sim.width_classes=2"], capsys)
+        out[mode] = json.loads(stdout.strip().splitlines()[-1])
+        assert 0 < out[mode]["doc_slot_occupancy"] <= 1 and out[mode]["segment_width_shapes"] == 1
+        assert "compile_seconds" not in out[mode]
+    (phase,), (classes,) = out["phase"]["widths"], out["classes"]["widths"]
+    assert out["phase"]["step_copies"] == len(phase) and all(isinstance(w, int) for w in phase)
+    assert out["classes"]["step_copies"] == sum(len(w) for w in classes) and all(len(w) <= 2 for w in classes)
+    assert out["classes"]["doc_slot_occupancy"] > out["phase"]["doc_slot_occupancy"]
+
+
 def test_sessions_per_sec_smoke(capsys):
     _, stdout = run_main("benchmarks/sessions_per_sec.py", ["--smoke", "--json"], capsys)
     out = last_json(stdout)

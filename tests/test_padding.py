@@ -2,6 +2,7 @@
 and the doc-slot occupancy that measures them (``ltrjax.online.schedule``, ``Simulator.plan``)."""
 
 import dataclasses
+import itertools
 
 import jax
 import numpy as np
@@ -11,7 +12,7 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, entered_counts, lane_schedule, update_points,
                                     width_ladder)
-from ltrjax.online.simulator import Simulator, class_rungs, fitted_lanes
+from ltrjax.online.simulator import Simulator, choose_class_widths, class_rungs, fitted_lanes
 from ltrjax.data.toy import toy_queryset
 from tests.toy_sims import EBRANK_HYPERS, KEYS, wide_ebrank_run, wide_sim
 
@@ -67,6 +68,51 @@ def test_class_rungs():
     assert class_rungs(64, 5) == (8, 12, 16, 24, 32, 48, 64)
     assert class_rungs(40, 5) == (8, 12, 16, 24, 32, 40)
     assert class_rungs(8, 5) == (8,) and class_rungs(6, 5) == (6,)
+
+
+def test_choose_class_widths_scans_the_fewest_slots():
+    """``choose_class_widths`` keeps the phase's width and at most ``n`` rungs, and no other such subset scans fewer
+    slots (every subset tried by brute force); ``None`` keeps every rung."""
+    def scanned(kept, rungs, counts):
+        return sum(c * min(w for w in kept if w >= r) for r, c in zip(rungs, counts))
+
+    rng = np.random.default_rng(3)
+    rungs = class_rungs(192, 5)  # 8 .. 192: 10 rungs
+    for trial in range(30):
+        counts = rng.integers(0, 50, len(rungs)) * (rng.random(len(rungs)) < 0.7)
+        for n in (1, 2, 3, 4):
+            kept = choose_class_widths(rungs, counts, n)
+            assert kept[-1] == rungs[-1] and len(kept) <= n and list(kept) == sorted(set(kept))
+            best = min(scanned(sub + (rungs[-1],), rungs, counts)
+                       for m in range(n) for sub in itertools.combinations(rungs[:-1], m))
+            assert scanned(kept, rungs, counts) == best
+    assert choose_class_widths(rungs, np.ones(len(rungs)), None) == rungs
+    assert choose_class_widths(rungs, np.r_[np.zeros(9), 5], 3) == (192,)  # every session needs the widest
+
+
+def test_class_widths_follow_the_sessions_needs(sim):
+    """With ``width_classes`` the classes are the rungs the phase's sessions need (``class_need_counts``: one count
+    per session, per bucket), at most that many per bucket, the same for a later trial (one program per phase),
+    and the occupancy grows with the classes allowed."""
+    keys = list(KEYS)
+    mains = [sim.session_plan(jax.random.fold_in(jax.random.PRNGKey(4), t))[1] for t in range(2)]
+    points = update_points(len(mains[0]), sim.config.n_segments)
+    reach = sim.reachable_widths(mains)
+    counts = sim.class_need_counts(mains, points, reach)
+    in_bucket = np.bincount(np.concatenate([sim.data.bucket_of_query[m.query] for m in mains]),
+                            minlength=len(reach))
+    assert [int(c.sum()) for c in counts] == list(in_bucket)
+    policy, _ = wide_ebrank_run()
+    occupancy = []
+    for n in (1, 2, None):
+        classes = Simulator(sim.data, sim.click_model,
+                            dataclasses.replace(sim.config, segment_widths="classes", width_classes=n),
+                            warmup_policy=sim.warmup_policy)
+        widths = classes.segment_widths(mains, points)[0]
+        assert all(w[-1] == r and (n is None or len(w) <= n) for w, r in zip(widths, reach))
+        assert classes.segment_widths(mains[:1], points)[0] == widths  # a later trial: the same classes
+        occupancy.append(classes.doc_slot_occupancy(policy, keys))
+    assert occupancy[0] < occupancy[1] <= occupancy[2]
 
 
 def test_fitted_lanes_are_the_fewest_that_fit():

@@ -96,6 +96,10 @@ class SimConfig:
     # width set: 7-9 compiles at the synthetic MQ2007/MSLR shapes), "classes" = per segment and query, the
     # smallest of a few class widths that holds its documents (one program per phase). Same results either way.
     segment_widths: Annotated[str, OneOf(SEGMENT_WIDTHS)] = "phase"
+    # segment_widths=classes: at most this many class widths per bucket, the ladder rungs that scan the fewest slots
+    # for the phase's sessions (``choose_class_widths``; each class is one more copy of the session step to
+    # compile); null: every rung from K to the phase's width
+    width_classes: PositiveInt | None = 3
 
     def __post_init__(self):
         object.__setattr__(self, "initial_docs", tuple(self.initial_docs))
@@ -247,6 +251,34 @@ def class_rungs(cap: int, top_k: int) -> tuple[int, ...]:
     while rungs[-1] < cap:
         rungs.append(width_ladder(rungs[-1] + 1, cap))
     return tuple(rungs)
+
+
+def choose_class_widths(rungs: tuple[int, ...], counts: np.ndarray, n_classes: int | None) -> tuple[int, ...]:
+    """At most ``n_classes`` of ``rungs`` (ascending; the last, the phase's width, always kept) that scan the fewest
+    slots: ``counts[i]`` sessions need rung ``i`` at least, and each is scanned at the smallest kept rung that holds
+    it (a dynamic programme over the rungs; ties keep fewer classes). ``n_classes=None``: every rung."""
+    rungs = tuple(int(r) for r in rungs)
+    if n_classes is None or len(rungs) <= n_classes:
+        return rungs
+    cum = np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))])
+    n = len(rungs)
+    # cost[k][j]: fewest slots for the sessions needing rungs 0..j with k classes, the largest being rung j
+    cost = np.full((n_classes + 1, n), np.inf)
+    back = np.zeros((n_classes + 1, n), np.int64)
+    cost[1] = [rungs[j] * cum[j + 1] for j in range(n)]
+    for k in range(2, n_classes + 1):
+        for j in range(n):
+            for i in range(j):
+                c = cost[k - 1][i] + rungs[j] * (cum[j + 1] - cum[i + 1])
+                if c < cost[k][j]:
+                    cost[k][j], back[k][j] = c, i
+    k = min(range(1, n_classes + 1), key=lambda m: (cost[m][n - 1], m))
+    chosen, j = [n - 1], n - 1
+    while k > 1:
+        j = int(back[k][j])
+        chosen.append(j)
+        k -= 1
+    return tuple(rungs[i] for i in sorted(chosen))
 
 
 def class_step_widths(plan: ClassPlan, full: list[int] | None = None) -> list[np.ndarray]:
@@ -918,10 +950,15 @@ class Simulator:
             self._width_shapes.update(out)
             return out
         if self.config.segment_widths == "classes":  # the class widths, one set per phase (``class_plans``)
+            before = self._widths.get(-1)
             reach = tuple(max(a, b) for a, b in zip(self.reachable_widths(runs),
-                                                        self._widths.get(-1, [(0,) * len(self.data.buckets)])[0]))
-            self._widths[-1] = [reach]
-            out = [tuple(class_rungs(w, self.config.top_k) for w in reach)] * len(stops)
+                                                        before[0] if before else (0,) * len(self.data.buckets)))
+            if before is None or before[0] != reach:  # chosen once per phase width, for the first trials' sessions
+                counts = self.class_need_counts(runs, stops, reach)
+                self._widths[-1] = [reach, tuple(
+                    choose_class_widths(class_rungs(w, self.config.top_k), c, self.config.width_classes)
+                    for w, c in zip(reach, counts))]
+            out = [self._widths[-1][1]] * len(stops)
             self._width_shapes.update(out)
             return out
         queries = [np.asarray(b.query_index) for b in self.data.buckets]
@@ -940,6 +977,35 @@ class Simulator:
         self._widths[len(stops)] = out
         self._width_shapes.update(out)
         return out
+
+    def class_need_counts(self, runs: list[SessionDraws], stops: np.ndarray, reach: tuple[int, ...]
+                          ) -> list[np.ndarray]:
+        """Per bucket, how many of these sessions need each ``class_rungs`` width of the bucket's phase width
+        ``reach[b]`` at least: a session needs the most documents its query can have entered by its segment's end
+        (``stops[s]``: the last session, inclusive), the initial documents plus its entries so far, at most its
+        documents, at least K (as ``class_plans`` assigns them)."""
+        cfg, data = self.config, self.data
+        n_docs = np.zeros(data.n_queries, np.int64)
+        for b in data.buckets:
+            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
+        rungs = [np.asarray(class_rungs(w, cfg.top_k)) for w in reach]
+        counts = [np.zeros(len(r), np.int64) for r in rungs]
+        for draws in runs:
+            entering = np.zeros(data.n_queries, np.int64)
+            for start, stop in zip(np.r_[0, stops[:-1] + 1], stops):
+                seg = draws.slice(int(start), int(stop) + 1)
+                entering += np.bincount(seg.query[seg.enter], minlength=data.n_queries)
+                need = np.maximum(np.minimum(cfg.initial_docs[1] + entering[seg.query], n_docs[seg.query]), cfg.top_k)
+                bucket = data.bucket_of_query[seg.query]
+                for b, r in enumerate(rungs):
+                    idx = np.minimum(np.searchsorted(r, need[bucket == b]), len(r) - 1)
+                    counts[b] += np.bincount(idx, minlength=len(r))
+        return counts
+
+    def width_sets(self) -> list[tuple]:
+        """The distinct per-segment width tuples runs and plans used so far, sorted: per bucket one width, or with
+        width classes the bucket's class widths (each a copy of the session step in the segment program)."""
+        return sorted(self._width_shapes)
 
     def width_shapes(self) -> int:
         """How many distinct per-segment width tuples (segment programs of a narrowing policy) runs used so far."""
