@@ -122,6 +122,21 @@ def test_vectorization_selects_from_the_end_of_the_freeze():
     assert (est.select_from, est.min_steps) == (500, 4500)
 
 
+def test_former_joint_schedule_shortens_the_budget_under_a_fixed_budget():
+    """The 'joint phase 4000 > former 200 steps' check compares two schedules. Under the tables' fixed step budget an
+    estimator's ``min_steps`` (what ``joint_steps`` sets) changes nothing, so the former schedule is a budget of
+    freeze + 200 steps there; under early stopping it stays ``joint_steps``."""
+    from ltrjax.offline.config import override
+
+    cfg = F.vector_eh_config(F.vector_eh(3), 1000)
+    assert cfg.train_for("vectorization").max_steps == 3000
+    old = F.former_joint_schedule(cfg)
+    assert old.options_for("vectorization")["joint_steps"] == 200
+    assert old.train_for("vectorization").max_steps == 500 + 200 and old.train_for("naive").max_steps == 3000
+    early = override(cfg, {"train": {"max_steps": None}})
+    assert F.former_joint_schedule(early).train_for("vectorization") == early.train_for("vectorization")
+
+
 def test_per_position_linear_click_functions_rank_differently_d3():
     """The cause of Vectorization's loss on d = 3 vector-EH clicks with linear rankers (docs/fidelity.md),
     measured on the population (Bayes posterior of basis_queryset(noise=1.0), no training): the true click rate
@@ -210,7 +225,10 @@ SEEDS = list(range(5))
 
 @pytest.fixture(scope="module")
 def checks():
-    return F.run_checks("linear_noisy", SEEDS, n_queries=300, n_sessions=200_000, dims=(3, 2), old_schedule=(3,))
+    out = F.run_checks("linear_noisy", SEEDS, n_queries=300, n_sessions=200_000, dims=(3, 2), old_schedule=(3,))
+    for c in out["claims"]:  # what the pins below are read against (pytest -s shows it)
+        print(f"{c['setting']}: {c['claim']}: p = {c['p_value']}, {c['verdict']}")
+    return out
 
 
 def _claim(checks, setting, text):
@@ -221,10 +239,15 @@ def _claim(checks, setting, text):
 NOT_HOLD = "measured not to hold (docs/fidelity.md); strict: fails if it starts to hold"
 
 
+# Two verdicts moved with a8a4f66, which gave every estimator the same fixed step budget (3,000 steps, validated every
+# 99) instead of epochs with early stopping (DLA had stopped at its 300-epoch cap, 900 steps, still improving; d=3's
+# IPS early-stopped at 186 steps): d=2 > DLA p = .005 -> .12-.16 (DLA .7663 -> .7926), d=3 > IPS p = .61 -> .01. With
+# the old schedule passed back in (train / estimator overrides), this tree reproduces the old per-seed figures bit for
+# bit (2026-11-27 bisect; docs/testing.md), so the pins follow the budgets of today's protocol.
 @pytest.mark.slow
 @pytest.mark.parametrize("d, ref, holds", [
-    (3, "naive", False), (3, "ips", False), (3, "dla", False), (3, "affine", False), (3, "regression_em", True),
-    (2, "naive", False), (2, "ips", False), (2, "affine", False), (2, "dla", True), (2, "regression_em", True)])
+    (3, "naive", False), (3, "ips", True), (3, "dla", False), (3, "affine", False), (3, "regression_em", True),
+    (2, "naive", False), (2, "ips", False), (2, "affine", False), (2, "dla", False), (2, "regression_em", True)])
 def test_vectorization_true_d_beats_scalar_estimators(checks, request, d, ref, holds):
     """Issue 11: on vector-EH clicks, Vectorization with the true d is significantly above each scalar estimator."""
     if not holds:

@@ -255,6 +255,20 @@ def vector_eh_config(model: VectorEH, n_sessions: int = 200_000, ranker: str = "
     return override(base, over)
 
 
+def former_joint_schedule(cfg):
+    """``cfg`` with Vectorization's former joint phase of 200 steps after the freeze. Under early stopping that is its
+    ``joint_steps`` (how long the fit may not stop); under a fixed step budget (the tables' default, where an
+    estimator's ``min_steps`` changes nothing) it is the budget: freeze + 200 steps."""
+    from ltrjax.offline.config import override
+    from ltrjax.offline.estimators import make_estimator
+
+    over = {"estimator_options": {"vectorization": {"joint_steps": 200}}}
+    if cfg.train_for("vectorization").max_steps is not None:
+        options = {**cfg.options_for("vectorization"), "joint_steps": 200}
+        over["train_overrides"] = {"vectorization": {"max_steps": make_estimator("vectorization", **options).min_steps}}
+    return override(cfg, over)
+
+
 def mean_observation_ndcg(trial, exp, fr) -> float:
     """Test NDCG@10 of a fitted Vectorization ranking by <r(x), mean_k o_k> instead of the base model's
     precision-weighted base vector (Eq. 8): isolates the base-vector estimate from r and the o_k."""
@@ -381,12 +395,11 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
     """The vector-EH checks of issue 11 on ``qs`` (paired over ``seeds``), as claims and raw per-seed figures.
 
     * d in ``dims``: Vectorization (true d) against every scalar estimator and Affine (one-sided paired t);
-      the old schedule (``vec_joint_steps`` 200) against the new; recovery of the o_k (``subspace_r2``);
+      the former 200-step joint phase (``former_joint_schedule``) against the new; recovery of the o_k
+      (``subspace_r2``);
     * d = 1 on PBM clicks (scalar EH): Vectorization against DLA within ``margin`` (TOST);
     * trust bias: Vectorization (d = 2) against Affine within ``margin`` (TOST).
     """
-    from ltrjax.offline.config import override
-
     over = over or {}
     claims, raw = [], {}
     for d in dims:
@@ -416,8 +429,7 @@ def vector_eh_checks(qs, seeds, n_sessions: int = 200_000, dims=(3, 2), margin: 
                               "between the spans > 0.9 in every seed)",
                      "verdict": "holds" if min(cos) > 0.9 else ("holds weakly" if np.mean(cos) > 0.7 else "does not hold")}
         if d in old_schedule:
-            old = compare(qs, override(cfg, {"estimator_options": {"vectorization": {"joint_steps": 200}}}), seeds,
-                          ("vectorization",), log=log)
+            old = compare(qs, former_joint_schedule(cfg), seeds, ("vectorization",), log=log)
             rec_old = [subspace_r2(model.observation, np.asarray(o)) for o in old["observation"]]
             cos_old = [float(principal_cosines(model.observation, np.asarray(o))[-1]) for o in old["observation"]]
             raw[f"vector_eh_d{d}"].update(vectorization_old_schedule=old["vectorization"], recovery_r2_old_schedule=rec_old,
