@@ -681,8 +681,9 @@ class Simulator:
                     ) -> list[list[ClassPlan]]:
         """Per segment and trial, the lane schedules of a main phase planned in width classes
         (``sim.segment_widths=classes``). A query's class in a segment is the smallest of the bucket's class widths
-        (``class_rungs`` up to its ``segment_widths``) that holds every document it can have entered by the
-        segment's end (the most initial documents plus its entries so far, at most its documents; at least K).
+        (``segment_widths``: at most ``width_classes`` of the ``class_rungs`` up to the phase's width) that holds
+        every document it can have entered by the segment's end (the most initial documents plus its entries so
+        far, at most its documents; at least K).
         Each class's sessions are packed into the bucket's lanes (``lane_schedule``) and the classes follow each
         other in time; every trial of a segment gets the same class bounds (the longest trial's). The lanes per
         bucket are sized from the bucket's sessions per segment (about ``CLASS_STEPS`` steps, at most
