@@ -585,6 +585,9 @@ class Simulator:
         self.idcg = tuple(
             metrics.ideal_dcg(g, b.doc_mask, self.discount) for g, b in zip(self.gains, data.buckets)
         )
+        self.docs_per_query = np.zeros(data.n_queries, np.int64)  # documents of every query (dataset order)
+        for b in data.buckets:
+            self.docs_per_query[np.asarray(b.query_index)] = np.asarray(b.n_docs)
         self.n_lanes = tuple(
             int(np.clip(int(b.n_queries * config.lanes_per_query), min(config.min_lanes, b.n_queries),
                         config.max_lanes)) for b in data.buckets
@@ -592,6 +595,7 @@ class Simulator:
         self._steps: dict[str, int] = {}
         self._lanes: dict[str, tuple[int, ...]] = {}  # per phase: lanes per bucket (``plan``)
         self._widths: dict[int, list[tuple[int, ...]]] = {}  # per segment count: widths (``segment_widths``)
+        self._classes: tuple | None = None  # width classes: (phase width per bucket, class widths per bucket)
         self._width_shapes: set[tuple[int, ...]] = set()
         self._aux_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per policy (``aux_bytes``)
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
@@ -689,11 +693,8 @@ class Simulator:
         bucket are sized from the bucket's sessions per segment (about ``CLASS_STEPS`` steps, at most
         ``n_lanes``) and the schedules padded to one step count per bucket (``padded_steps``): with the class
         widths remembered per phase, one segment program serves the phase; the bounds are its arguments."""
-        cfg, data = self.config, self.data
+        data = self.data
         widths = self.segment_widths(mains, points)[0]
-        n_docs = np.zeros(data.n_queries, np.int64)
-        for b in data.buckets:
-            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
         bucket_of = [data.bucket_of_query[d.query] for d in mains]
         lanes = self._lanes.get("classes")
         if lanes is None:
@@ -714,7 +715,7 @@ class Simulator:
                 for t, draws in enumerate(per_trial):
                     members = np.flatnonzero(data.bucket_of_query[draws.query] == b)
                     q = draws.query[members]
-                    need = np.maximum(np.minimum(cfg.initial_docs[1] + entering[t][q], n_docs[q]), cfg.top_k)
+                    need = self.class_need(q, entering[t])
                     if len(need) and need.max() > rungs[-1]:  # segment_widths covers the phase: never here
                         raise AssertionError(f"bucket {b}: a query can fill {need.max()} slots > {rungs[-1]}")
                     cls = np.searchsorted(rungs, need)
@@ -951,15 +952,14 @@ class Simulator:
             self._width_shapes.update(out)
             return out
         if self.config.segment_widths == "classes":  # the class widths, one set per phase (``class_plans``)
-            before = self._widths.get(-1)
-            reach = tuple(max(a, b) for a, b in zip(self.reachable_widths(runs),
-                                                        before[0] if before else (0,) * len(self.data.buckets)))
-            if before is None or before[0] != reach:  # chosen once per phase width, for the first trials' sessions
+            before = self._classes[0] if self._classes else (0,) * len(self.data.buckets)
+            reach = tuple(max(a, b) for a, b in zip(self.reachable_widths(runs), before))
+            if self._classes is None or self._classes[0] != reach:  # chosen once per phase width, for these sessions
                 counts = self.class_need_counts(runs, stops, reach)
-                self._widths[-1] = [reach, tuple(
+                self._classes = reach, tuple(
                     choose_class_widths(class_rungs(w, self.config.top_k), c, self.config.width_classes)
-                    for w, c in zip(reach, counts))]
-            out = [self._widths[-1][1]] * len(stops)
+                    for w, c in zip(reach, counts))
+            out = [self._classes[1]] * len(stops)
             self._width_shapes.update(out)
             return out
         queries = [np.asarray(b.query_index) for b in self.data.buckets]
@@ -979,6 +979,13 @@ class Simulator:
         self._width_shapes.update(out)
         return out
 
+    def class_need(self, queries: np.ndarray, entering: np.ndarray) -> np.ndarray:
+        """Entry slots each of ``queries``' sessions needs with width classes: the most documents its query can have
+        entered (the most initial documents plus ``entering[query]``, its entries so far), at most its documents,
+        at least K."""
+        cfg = self.config
+        return np.maximum(np.minimum(cfg.initial_docs[1] + entering[queries], self.docs_per_query[queries]), cfg.top_k)
+
     def class_need_counts(self, runs: list[SessionDraws], stops: np.ndarray, reach: tuple[int, ...]
                           ) -> list[np.ndarray]:
         """Per bucket, how many of these sessions need each ``class_rungs`` width of the bucket's phase width
@@ -986,9 +993,6 @@ class Simulator:
         (``stops[s]``: the last session, inclusive), the initial documents plus its entries so far, at most its
         documents, at least K (as ``class_plans`` assigns them)."""
         cfg, data = self.config, self.data
-        n_docs = np.zeros(data.n_queries, np.int64)
-        for b in data.buckets:
-            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
         rungs = [np.asarray(class_rungs(w, cfg.top_k)) for w in reach]
         counts = [np.zeros(len(r), np.int64) for r in rungs]
         for draws in runs:
@@ -996,7 +1000,7 @@ class Simulator:
             for start, stop in zip(np.r_[0, stops[:-1] + 1], stops):
                 seg = draws.slice(int(start), int(stop) + 1)
                 entering += np.bincount(seg.query[seg.enter], minlength=data.n_queries)
-                need = np.maximum(np.minimum(cfg.initial_docs[1] + entering[seg.query], n_docs[seg.query]), cfg.top_k)
+                need = self.class_need(seg.query, entering)
                 bucket = data.bucket_of_query[seg.query]
                 for b, r in enumerate(rungs):
                     idx = np.minimum(np.searchsorted(r, need[bucket == b]), len(r) - 1)
@@ -1022,15 +1026,12 @@ class Simulator:
         points, starts, segments, plans = self.main_segments(mains, n_main)
         widths = (self.segment_widths(mains, points) if policy.narrow_rows
                   else [tuple(b.width for b in self.data.buckets)] * len(points))
-        n_docs = np.zeros(self.data.n_queries, np.int64)
-        for b in self.data.buckets:
-            n_docs[np.asarray(b.query_index)] = np.asarray(b.n_docs)
         all_plans, all_entered, all_widths = [], [], []
         for t, trial in enumerate(trials):
             initial = np.zeros(self.data.n_queries, np.int64)
             for b, state in zip(self.data.buckets, self.host_init_states(trial.init)):
                 initial[np.asarray(b.query_index)] = np.asarray(state.n_entered)[:-1]
-            entered = entered_counts(mains[t].slice(0, n_main), initial, n_docs)
+            entered = entered_counts(mains[t].slice(0, n_main), initial, self.docs_per_query)
             for s in range(len(points)):
                 all_plans.append(plans[s][t])
                 all_entered.append(entered[starts[s]:points[s] + 1])
