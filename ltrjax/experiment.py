@@ -87,7 +87,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
             from ltrjax.runner import padded_data, run_online
 
             queryset = load_dataset(run.dataset, seed=run.seed, cache_dir=run.data.cache_dir or None)
-            # the run reads the padded features only: the layout takes the flat matrix and frees it as it goes
+            # the run reads the buckets' per-document features only: the layout takes the flat matrix and frees it
             features = [queryset.features]
             queryset = queryset.without_features()
             release_free_heap()  # what loading freed

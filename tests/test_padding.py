@@ -247,22 +247,35 @@ def test_fitted_lanes_raise_occupancy_and_keep_results(sim):
     assert_same_runs(got, want)
 
 
-def test_padded_features_block_by_block_equal_one_copy():
-    """``layout.padded_features`` writes the device buffer a block of queries at a time (the last block started
-    early so that it ends at the last query): the same array as padding the whole bucket at once, for any block."""
-    from ltrjax.data.layout import padded_features
-
-    rng = np.random.default_rng(0)
-    n_docs = rng.integers(1, 12, 23)
-    offsets = np.concatenate([[0], np.cumsum(n_docs)])
-    features = rng.random((offsets[-1], 3), dtype=np.float32)
-    doc_mask = np.arange(12)[None, :] < n_docs[:, None]
-    flat = np.where(doc_mask, offsets[:-1][:, None] + np.arange(12)[None, :], 0)
-    want = np.where(doc_mask[..., None], features[flat], 0.0).astype(np.float32)
-    for rows in (1, 2, 5, 22, 23, 100):  # queries per block
-        got = padded_features(features, flat, doc_mask, block_bytes=rows * 12 * 3 * 4)
-        assert got.dtype == np.float32
-        np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{rows} queries per block")
+def test_buckets_hold_each_documents_features_once():
+    """Each bucket keeps its documents' features once (``doc_features``: its documents and a zero row) and the padded
+    view ``features`` gathered through ``doc_row`` equals padding the flat matrix by hand, whether the layout reads
+    the query set's matrix or takes a handed-over one (freed bucket by bucket); ``on_slots`` of per-document values
+    equals the values computed per padded cell, and ``take_queries`` keeps the shared documents."""
+    qs = toy_queryset(n_queries=40, n_features=3, docs=(1, 60), y_max=2, seed=3)
+    sizes = np.diff(qs.query_offsets)
+    for handed in (False, True):
+        data = (pad_and_bucket(qs.without_features(), n_buckets=3, single_bucket_cells=0,
+                               features=[qs.features.copy()]) if handed
+                else pad_and_bucket(qs, n_buckets=3, single_bucket_cells=0))
+        assert len(data.buckets) > 1
+        for bucket in data.buckets:
+            q = np.asarray(bucket.query_index)
+            n_docs, width = sizes[q], bucket.width
+            mask = np.arange(width)[None, :] < n_docs[:, None]
+            flat = np.where(mask, qs.query_offsets[q][:, None] + np.arange(width)[None, :], 0)
+            want = np.where(mask[..., None], qs.features[flat], 0.0).astype(np.float32)
+            assert bucket.doc_features.shape == (n_docs.sum() + 1, 3)  # once per document, one zero row
+            np.testing.assert_array_equal(np.asarray(bucket.doc_features[-1]), 0.0)
+            np.testing.assert_array_equal(np.asarray(bucket.features), want)
+            np.testing.assert_array_equal(np.asarray(bucket.doc_mask), mask)
+            w = np.array([0.5, -2.0, 1.0], np.float32)
+            np.testing.assert_allclose(np.asarray(bucket.on_slots(bucket.doc_features @ w)), want @ w, rtol=1e-6)
+            rows = np.arange(bucket.n_queries)[::-2]
+            sub = bucket.take_queries(rows)
+            assert sub.doc_features is bucket.doc_features
+            np.testing.assert_array_equal(np.asarray(sub.features), want[rows])
+            np.testing.assert_array_equal(np.asarray(sub.labels), np.asarray(bucket.labels)[rows])
 
 
 def test_query_set_without_features_keeps_everything_else():

@@ -149,7 +149,7 @@ def test_mgd_population_equals_members(sim):
 
 
 def test_lane_features_equal_the_entry_order_copy(sim):
-    """``step.lane_features`` (the lanes' feature rows, gathered from the shared dataset-order array) equals the
+    """``step.lane_features`` (the lanes' feature rows, gathered from the shared per-document features) equals the
     per-member entry-order copy that ``prepare`` used to return (``to_entry_order``), idle lanes (the scratch row)
     included, and the first slots of it when the member's order is narrowed."""
     states = sim.init_states(jax.random.PRNGKey(7))
@@ -159,12 +159,12 @@ def test_lane_features_equal_the_entry_order_copy(sim):
         copy = np.asarray(entry_order(bucket.features, state))  # [Qb+1, Db, F], scratch row zeros
         rows = jnp.asarray(np.random.default_rng(0).integers(0, bucket.n_queries + 1, 64), jnp.int32)
         assert int(rows.max()) == bucket.n_queries  # the draw includes idle lanes
-        got = np.asarray(lane_features(bucket.features, state.order, rows))
+        got = np.asarray(lane_features(bucket, state.order, rows))
         np.testing.assert_array_equal(got, copy[np.asarray(rows)])
         assert not np.array_equal(np.asarray(state.order[:-1]), np.broadcast_to(np.arange(bucket.width),
                                                                                state.order[:-1].shape))
         width = bucket.width // 2
-        narrowed = np.asarray(lane_features(bucket.features, state.order[:, :width], rows))
+        narrowed = np.asarray(lane_features(bucket, state.order[:, :width], rows))
         np.testing.assert_array_equal(narrowed, copy[np.asarray(rows)][:, :width])
 
 

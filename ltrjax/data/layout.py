@@ -19,9 +19,16 @@ from ltrjax.data.queryset import QuerySet
 
 @struct.dataclass
 class Bucket:
-    """Queries padded to ``n_docs_max`` documents. Leading axis = query."""
+    """Queries padded to ``n_docs_max`` documents. Leading axis = query, except ``doc_features``.
 
-    features: jax.Array  # f32 [Qb, Db, F]
+    The features are held once per document, not per padded cell: ``doc_features`` holds the bucket's documents
+    (query after query) and one zero row last, and ``doc_row`` points every ``[query, slot]`` at its document's row
+    (padded slots at the zero row). Per-document work (a model's scores, EBRank's alpha) runs over the documents
+    and is laid out afterwards (``on_slots``); ``features`` is the padded ``[Qb, Db, F]`` view, gathered on use.
+    """
+
+    doc_features: jax.Array  # f32 [Nb+1, F] the bucket's documents, then a zero row (index Nb)
+    doc_row: jax.Array  # i32 [Qb, Db] row of doc_features of each (query, slot); padded slots -> Nb
     labels: jax.Array  # i32 [Qb, Db]
     doc_mask: jax.Array  # bool [Qb, Db]
     n_docs: jax.Array  # i32 [Qb]
@@ -35,6 +42,22 @@ class Bucket:
     @property
     def width(self) -> int:
         return int(self.labels.shape[1])
+
+    @property
+    def features(self) -> jax.Array:
+        """f32 ``[Qb, Db, F]``, zeros where padded: the padded view, gathered when read (inside a program a
+        transient the size of the padded layout; per-document work should use ``on_slots`` instead)."""
+        return self.on_slots(self.doc_features, axis=0)
+
+    def on_slots(self, values: jax.Array, axis: int = -1) -> jax.Array:
+        """Per-document ``values`` (document axis ``axis``, ``Nb+1`` long, as ``doc_features``) laid out per
+        ``[query, slot]``: that axis becomes ``[Qb, Db]`` (padded slots get the zero row's value)."""
+        return jnp.take(values, self.doc_row, axis=axis)
+
+    def take_queries(self, rows: jax.Array) -> "Bucket":
+        """The bucket of queries ``rows`` only (the documents are shared, not copied)."""
+        return self.replace(**{name: getattr(self, name)[rows]
+                               for name in ("doc_row", "labels", "doc_mask", "n_docs", "split", "query_index")})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,38 +123,12 @@ def bucket_widths(docs_per_query: np.ndarray, n_buckets: int, multiple: int = 8,
     return widths
 
 
-PAD_BLOCK_BYTES = 1 << 26  # host bytes of one block of padded features on their way to the device (64 MiB)
-
-
-def _write_rows(out: jax.Array, rows: jax.Array, start: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_update_slice_in_dim(out, rows, start, axis=0)
-
-
-_write_rows_in_place = jax.jit(_write_rows, donate_argnums=0)
-
-
-def padded_features(features: np.ndarray, flat: np.ndarray, doc_mask: np.ndarray,
-                    block_bytes: int = PAD_BLOCK_BYTES) -> jax.Array:
-    """float32 ``[Qb, Db, F]`` device array: ``features[flat]`` where ``doc_mask``, else 0. Written into the device
-    buffer a block of queries at a time (at most ``block_bytes`` on the host, the buffer updated in place), so laying
-    out a dataset never holds more than its flat features, the padded ones and one block: a whole padded host copy
-    (and ``jnp.asarray``'s transient one) would add about twice the bucket (at MSLR-30K shape 3 GB)."""
-    n_queries, width = doc_mask.shape
-    n_features = features.shape[1]
-    rows = max(1, int(block_bytes) // max(width * n_features * 4, 1))
-    if rows >= n_queries:
-        return jax.device_put(np.where(doc_mask[..., None], features[flat], 0.0).astype(np.float32))
-    out = jnp.zeros((n_queries, width, n_features), jnp.float32)
-    for start in range(0, n_queries, rows):
-        stop = min(start + rows, n_queries)
-        block = np.zeros((rows, width, n_features), np.float32)  # one shape: the update compiles once
-        mask = doc_mask[start:stop]
-        block[:stop - start][mask] = features[flat[start:stop][mask]]
-        if stop - start < rows:  # the last block: its padding rows would run past the end, so start it earlier
-            block = np.concatenate([np.asarray(out[n_queries - rows:start]), block[:stop - start]])
-            start = n_queries - rows
-        out = _write_rows_in_place(out, block, np.int32(start)).block_until_ready()  # not a queue of blocks
-    return out
+def bucket_documents(features: np.ndarray, rows: np.ndarray) -> jax.Array:
+    """float32 ``[len(rows)+1, F]`` device array: ``features[rows]`` and a zero row last (the padded slots')."""
+    out = np.empty((len(rows) + 1, features.shape[1]), np.float32)
+    np.take(features, rows, axis=0, out=out[:-1])
+    out[-1] = 0.0
+    return jax.device_put(out)
 
 
 def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_tolerance: float = 0.25,
@@ -141,8 +138,9 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
 
     ``features``: ``[matrix]``, the feature matrix handed over when ``qs`` carries a placeholder
     (``QuerySet.without_features``): the list is emptied, and after each bucket (the one with the most documents
-    first) the rows still needed are kept in a smaller copy and the rest freed, so laying out never holds the whole
-    flat matrix and the whole padded one at once (at MSLR-30K shape 1.8 + 2.9 GB).
+    first) the rows still needed are kept in a smaller copy and the rest freed, so laying out holds about one flat
+    matrix and one bucket's documents at a time. Each bucket keeps its documents' features once
+    (``Bucket.doc_features``, 1.0x the flat matrix in all; a padded ``[Qb, Db, F]`` copy was 1.6x at MSLR-30K shape).
 
     A dataset whose one-bucket layout has at most ``single_bucket_cells`` [query, doc] cells stays
     one bucket: there padding costs less than compiling another bucket's programs. Every bucket is at
@@ -173,8 +171,11 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
         # flat row index of every (query, slot); padded slots point at row 0 and are masked
         flat = np.where(doc_mask, qs.query_offsets[rows][:, None] + np.arange(width)[None, :], 0)
         labels = np.where(doc_mask, qs.labels[flat], 0).astype(np.int32)
+        doc_row = np.full(doc_mask.shape, int(doc_mask.sum()), np.int32)  # padded slots: the zero row
+        doc_row[doc_mask] = np.arange(int(doc_mask.sum()), dtype=np.int32)  # row-major: query after query
         buckets[b] = Bucket(
-            features=padded_features(source, position[flat], doc_mask),
+            doc_features=bucket_documents(source, position[flat[doc_mask]]),
+            doc_row=jnp.asarray(doc_row),
             labels=jnp.asarray(labels),
             doc_mask=jnp.asarray(doc_mask),
             n_docs=jnp.asarray(n_docs, jnp.int32),

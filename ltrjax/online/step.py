@@ -120,26 +120,27 @@ def gather_rows(a: jax.Array, rows: jax.Array, width: int | None = None) -> jax.
     return jax.vmap(lambda r: jax.lax.dynamic_slice(a, (r,) + (0,) * (a.ndim - 1), size)[0])(rows)
 
 
-def lane_features(features: jax.Array | None, order: jax.Array, rows: jax.Array) -> jax.Array | None:
-    """The lanes' document features ``[lanes, Db, F]`` in entry order, from the bucket's ``features`` ``[Qb, Db', F]``
-    (dataset order, shared by every member) and the member's ``order`` ``[Qb+1, Db]`` (entry slot -> dataset slot,
-    possibly narrowed); idle lanes (the scratch row ``Qb``) get zeros, as ``to_entry_order``'s scratch row."""
-    if features is None:
+def lane_features(bucket: Bucket | None, order: jax.Array, rows: jax.Array) -> jax.Array | None:
+    """The lanes' document features ``[lanes, Db, F]`` in entry order, from the bucket's per-document features
+    (``Bucket.doc_features``, shared by every member) and the member's ``order`` ``[Qb+1, Db]`` (entry slot ->
+    dataset slot, possibly narrowed): one gather of document rows; idle lanes (the scratch row ``Qb``) get the
+    zero row, as ``to_entry_order``'s scratch row."""
+    if bucket is None:
         return None
-    n_queries = features.shape[0]
-    gathered = features[jnp.minimum(rows, n_queries - 1)[:, None], order[rows]]
-    return jnp.where((rows < n_queries)[:, None, None], gathered, jnp.zeros((), features.dtype))
+    n_queries, zero_row = bucket.doc_row.shape[0], bucket.doc_features.shape[0] - 1
+    doc_rows = bucket.doc_row[jnp.minimum(rows, n_queries - 1)[:, None], order[rows]]
+    return bucket.doc_features[jnp.where((rows < n_queries)[:, None], doc_rows, zero_row)]
 
 
 def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
-                 inputs: SessionInputs, run_key: jax.Array, features: jax.Array | None = None,
+                 inputs: SessionInputs, run_key: jax.Array, features: Bucket | None = None,
                  width: int | None = None) -> tuple[BucketState, SessionOutputs]:
     """Advance every lane of one bucket by one session: state in, state out.
 
     Lanes never share a query within a step (``schedule.lane_schedule``), so their counter updates
     are one scatter per counter without conflicts; idle lanes write into the scratch row. Only the
     shown documents' gains and labels are gathered (``[lanes, K]``), never whole rows. ``features``
-    (the bucket's ``[Qb, Db, F]`` in dataset order, one copy for all members) reaches the policy as
+    (the bucket, whose per-document features are one copy for all members) reaches the policy as
     ``QueryView.features``, gathered per lane only if the policy reads it. ``width``: the lanes see only the
     first ``width`` entry slots of their rows (a width class, ``population_class_segment``; None: whole rows).
     """
@@ -213,7 +214,7 @@ def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConsta
     """The segment's ``lax.scan``: every step advances the lanes of every bucket by one session.
 
     ``schedules[b]`` holds ``[steps, lanes, ...]`` inputs; returns the new states and per-step outputs.
-    ``features[b]``: bucket b's document features in dataset order (``session_step``; None: not offered).
+    ``features[b]``: bucket b, whose document features the lanes read (``session_step``; None: not offered).
     """
     features = features if features is not None else (None,) * len(states)
     body = functools.partial(_scan_body, policy, protocol, consts, run_key, tuple(features))
@@ -273,14 +274,14 @@ def population_segment(policy: Policy, protocol: Protocol, params, hyper, states
     widths = widths or (None,) * len(states)
     narrowed = [narrow_segment(c, s, w) for c, s, w in zip(consts, states, widths)]
     # the features are closed over, not mapped: one dataset-order copy serves every member (``lane_features``)
-    scan = functools.partial(scan_segment, policy, protocol, features=tuple(b.features for b in buckets))
+    scan = functools.partial(scan_segment, policy, protocol, features=tuple(buckets))
     new, ys = jax.vmap(scan)(tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
     aux = tuple(c.aux for c in consts) if policy.test_from_prepare else None
     return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys, aux
 
 
 def class_loop(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
-               schedule: SessionInputs, run_key: jax.Array, bounds: jax.Array, features: jax.Array | None,
+               schedule: SessionInputs, run_key: jax.Array, bounds: jax.Array, features: Bucket | None,
                widths: tuple):
     """One member's bucket through a segment planned in width classes: steps ``bounds[c]`` to ``bounds[c+1]`` of
     ``schedule`` (``[steps, lanes, ...]``) run with width ``widths[c]`` (None: whole rows). The bounds are traced
@@ -313,7 +314,7 @@ def population_class_segment(policy: Policy, protocol: Protocol, params, hyper, 
         params, hyper, tuple(states), prepared)
     new, ys = [], []
     for c, s, x, bnd, bucket, w in zip(consts, states, schedules, bounds, buckets, widths):
-        loop = functools.partial(class_loop, policy, protocol, features=bucket.features, widths=w)
+        loop = functools.partial(class_loop, policy, protocol, features=bucket, widths=w)
         st, y = jax.vmap(loop, in_axes=(0, 0, 0, 0, None))(c, s, x, run_keys, bnd)
         new.append(st)
         ys.append(y)
@@ -344,7 +345,7 @@ def evaluate_rows(policy: Policy, protocol: Protocol, params, state: BucketState
                   aux=None):
     """``evaluate_bucket`` of the bucket's queries ``rows`` only (e.g. the test split at intermediate points):
     the bucket, the state (with its scratch row), the per-query constants and ``aux`` are gathered first."""
-    sub_bucket = jax.tree_util.tree_map(lambda a: a[rows], bucket)
+    sub_bucket = bucket.take_queries(rows)
     with_scratch = jnp.concatenate([rows, jnp.full((1,), state.n_entered.shape[0] - 1, rows.dtype)])
     sub_state = jax.tree_util.tree_map(lambda a: a[with_scratch], state)
     sub_aux = jax.tree_util.tree_map(lambda a: a[with_scratch], aux)

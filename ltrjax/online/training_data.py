@@ -41,7 +41,7 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
     for bucket, c, keep in zip(data.buckets, counters, keeps):
         if not keep.any():
             continue
-        parts.setdefault("features", []).append(np.asarray(bucket.features)[keep])
+        parts.setdefault("features", []).append(np.asarray(bucket.doc_features)[np.asarray(bucket.doc_row)[keep]])
         for name in STAT_NAMES:
             if getattr(c, name) is not None:  # a retrain brings only the counters its policy reads
                 parts.setdefault(name, []).append(np.asarray(getattr(c, name))[keep])

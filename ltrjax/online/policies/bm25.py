@@ -27,4 +27,4 @@ class BM25(Policy):
             self.name = name or self.name
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
-        return bucket.features[..., self.column]
+        return bucket.on_slots(bucket.doc_features[:, self.column])

@@ -186,7 +186,7 @@ class CounterfactualL2(Policy):
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
         """Pre-activation w_nb . x_nb + b per document (the model is frozen within a segment)."""
-        return self.model.base(params["model"], bucket.features)
+        return bucket.on_slots(self.model.base(params["model"], bucket.doc_features))
 
     # -- ranking
     def doc_scores(self, base, counters: DocCounters, w_b):

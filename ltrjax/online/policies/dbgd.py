@@ -96,7 +96,7 @@ class MGD(LinearOnlineLearner):
 
     # -- per segment
     def prepare(self, params, bucket: Bucket, behaviour=None):
-        return {"base": self.base(params, bucket.features)}  # the features come per lane (QueryView.features)
+        return {"base": self.bucket_base(params, bucket)}  # the features come per lane (QueryView.features)
 
     # -- rankers and the displayed list
     def directions(self, k_dir: jax.Array) -> jax.Array:

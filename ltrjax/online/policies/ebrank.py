@@ -229,11 +229,12 @@ class EBRank(Policy):
         return block_alpha(self.model, params["prior"], features)
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
-        return self.alpha(params, bucket.features)
+        return bucket.on_slots(self.alpha(params, bucket.doc_features))
 
     def prepare_population(self, params, bucket: Bucket, behaviour=None):
-        """Every member's alpha in member blocks (one product per block over the shared features)."""
-        return self.population_alpha(params, bucket.features)
+        """Every member's alpha in member blocks (one product per block over the shared features), once per
+        document, then laid out per ``[query, slot]``."""
+        return bucket.on_slots(self.population_alpha(params, bucket.doc_features))
 
     @property
     def retrain_counters(self) -> tuple[str, ...]:

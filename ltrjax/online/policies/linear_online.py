@@ -42,17 +42,18 @@ def pad_rows(a: np.ndarray, n: int) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnames="chunk")
-def weighted_feature_sum(features: jax.Array, rows: jax.Array, shown: jax.Array, weights: jax.Array,
+def weighted_feature_sum(bucket: Bucket, rows: jax.Array, shown: jax.Array, weights: jax.Array,
                          chunk: int) -> jax.Array:
-    """sum_{t,i} weights[t, i] * features[rows[t], shown[t, i]] ``[F]``, scanning ``chunk`` sessions at a time."""
+    """sum_{t,i} weights[t, i] * x[rows[t], shown[t, i]] ``[F]`` over the bucket's document features,
+    scanning ``chunk`` sessions at a time."""
 
     def body(acc, xs):
         r, s, w = xs
-        x = features[r[:, None], jnp.maximum(s, 0)]  # [chunk, K, F]
+        x = bucket.doc_features[bucket.doc_row[r[:, None], jnp.maximum(s, 0)]]  # [chunk, K, F]
         return acc + jnp.einsum("ck,ckf->f", w, x), None
 
     xs = tuple(a.reshape((-1, chunk) + a.shape[1:]) for a in (rows, shown, weights))
-    acc, _ = jax.lax.scan(body, jnp.zeros(features.shape[-1], jnp.float32), xs)
+    acc, _ = jax.lax.scan(body, jnp.zeros(bucket.doc_features.shape[-1], jnp.float32), xs)
     return acc
 
 
@@ -114,12 +115,16 @@ class LinearOnlineLearner(Policy):
         """w_nb . x_nb ``[...]`` (the model without its x_b term)."""
         return features @ params["w"][: self.n_nb]
 
+    def bucket_base(self, params, bucket: Bucket) -> jax.Array:
+        """``base`` of every ``[query, slot]`` of ``bucket``, computed once per document."""
+        return bucket.on_slots(self.base(params, bucket.doc_features))
+
     def logging_scores(self, base: jax.Array, counters: DocCounters, w_b) -> jax.Array:
         """s = w_nb . x_nb + w_b x_b with the live x_b (concat), else the base."""
         return base + w_b * self.x_b(counters) if self.concat else base
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
-        base = self.base(params, bucket.features)
+        base = self.bucket_base(params, bucket)
         if not self.concat:
             return base
         x_b = self.x_b(counters) if warm else behav.unseen_value(self.behaviour)

@@ -55,7 +55,7 @@ class PDGD(LinearOnlineLearner):
         super().__init__(data, learning_rate=learning_rate, decay=decay, **kwargs)
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
-        return self.base(params, bucket.features)
+        return self.bucket_base(params, bucket)
 
     def session_scores(self, view: QueryView, key):
         """Logging scores + Gumbel noise: the top K is a Plackett–Luce sample (§3.4 step 1)."""
@@ -87,7 +87,7 @@ class PDGD(LinearOnlineLearner):
             n_pad, chunk = padded_length(sel.size)
             rows = pad_rows(data.row_of_query[query[sel]].astype(np.int32), n_pad)
             step[: self.n_nb] += np.asarray(weighted_feature_sum(
-                bucket.features, rows, pad_rows(shown[sel].astype(np.int32), n_pad), pad_rows(weights[sel], n_pad),
+                bucket, rows, pad_rows(shown[sel].astype(np.int32), n_pad), pad_rows(weights[sel], n_pad),
                 chunk=chunk), np.float64)
         if self.concat:
             step[self.n_nb] = np.sum(weights.astype(np.float64) * np.asarray(log.record["x_b"], np.float64))

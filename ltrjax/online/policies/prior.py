@@ -85,7 +85,8 @@ class Prior(Policy):
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
         """(w_nb . x_nb + b of g, h(x_nb)) per document."""
-        return self.model.base(params["model"], bucket.features), self.prior_scores(params, bucket.features)
+        return (bucket.on_slots(self.model.base(params["model"], bucket.doc_features)),
+                bucket.on_slots(self.prior_scores(params, bucket.doc_features)))
 
     def filled_x_b(self, prior, counters: DocCounters):
         """x_b for shown documents, h(x_nb) for documents with no impression."""

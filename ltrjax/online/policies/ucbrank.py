@@ -148,13 +148,22 @@ class UCBRank(Policy):
             return model_scores
         return behav.independent_evidence(model_scores, counters, self.behaviour, self.ctr_prior_count)
 
+    def on_slots(self, fn, bucket: Bucket, counters: DocCounters | None):
+        """``fn`` of the model inputs of every ``[query, slot]`` of ``bucket``. Without x_b among the inputs, once
+        per document and then laid out (the MC-dropout masks are shared by every row, so the draws are the same
+        as over padded slots); with concat's x_b, over the padded inputs (x_b from ``counters``, ``inputs``)."""
+        if self.setting != "concat":
+            return jax.tree_util.tree_map(bucket.on_slots, fn(bucket.doc_features))
+        return fn(self.inputs(bucket.features, counters))
+
     def prepare(self, params, bucket: Bucket, behaviour: DocCounters):
         """Per-document values of one refresh from the counters at the segment start (dataset order)."""
-        x = self.inputs(bucket.features, behaviour)
+        model = lambda x: self.model(params["model"], x)  # noqa: E731
         if self.strategy != "ucb":
-            return {"score": self.evidence(self.model(params["model"], x), behaviour)}
-        mean, std = self.model.mc_scores(params["model"], x, params["dropout_key"])
-        center = mean if self.ucb_center == "mc_mean" else self.model(params["model"], x)
+            return {"score": self.evidence(self.on_slots(model, bucket, behaviour), behaviour)}
+        mean, std = self.on_slots(lambda x: self.model.mc_scores(params["model"], x, params["dropout_key"]), bucket,
+                                  behaviour)
+        center = mean if self.ucb_center == "mc_mean" else self.on_slots(model, bucket, behaviour)
         aux = {"score": self.evidence(center, behaviour), "std": std}
         if self.setting == "ie":
             aux["shown"] = behaviour.alpha_sum > 0  # the Eq. 12 switch, frozen with x_b
@@ -180,9 +189,10 @@ class UCBRank(Policy):
         return scores
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
+        model = lambda x: self.model(params["model"], x)  # noqa: E731
         if not warm:
-            return self.model(params["model"], self.inputs(bucket.features, None))
-        return self.evidence(self.model(params["model"], self.inputs(bucket.features, counters)), counters)
+            return self.on_slots(model, bucket, None)
+        return self.evidence(self.on_slots(model, bucket, counters), counters)
 
     # -- training
     def examples(self, docs: dict) -> dict:
