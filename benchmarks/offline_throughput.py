@@ -9,7 +9,7 @@ Measures, on this machine:
   * preparing a trial (production ranker, top-10 lists) and training each estimator to
     convergence (early stopping on validation NDCG@10), with epochs and seconds.
 No persistent compilation cache unless --cache, so times include compilation. Writes JSON.
-``--smoke`` (for tests; seconds): the synthetic dataset unless ``--dataset`` is given, 100 queries, 20k
+``--smoke`` (for tests; seconds): the synthetic dataset unless ``--dataset`` is given, 100 queries, 4k
 logged sessions, 2k reference sessions, three estimators, 5 epochs; arguments given still win.
 """
 
@@ -31,7 +31,7 @@ from offline_table import ROOT, SMOKE, SMOKE_DATASET, compose  # noqa: E402
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default=None, help=f"default: synthetic_mslr10k (--smoke: {SMOKE_DATASET})")
-    ap.add_argument("--sessions", type=int, default=None, help="default 1,000,000 (--smoke: 20,000)")
+    ap.add_argument("--sessions", type=int, default=None, help="default 1,000,000 (--smoke: 4,000)")
     ap.add_argument("--reference-sessions", type=int, default=None, help="default 20,000 (--smoke: 2,000)")
     ap.add_argument("--cache", action="store_true")
     ap.add_argument("--out", default=None, help="default: outputs/bench_offline[_smoke].json")
@@ -41,7 +41,7 @@ def main(argv=None):
     if args.smoke:
         args.overrides = SMOKE + args.overrides
     args.dataset = args.dataset or (SMOKE_DATASET if args.smoke else "synthetic_mslr10k")
-    args.sessions = args.sessions or (20_000 if args.smoke else 1_000_000)
+    args.sessions = args.sessions or (4_000 if args.smoke else 1_000_000)
     args.reference_sessions = args.reference_sessions or (2_000 if args.smoke else 20_000)
     args.out = args.out or str(ROOT / "outputs" / f"bench_offline{'_smoke' if args.smoke else ''}.json")
     from ltrjax.clicks import make_click_model

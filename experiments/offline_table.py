@@ -7,7 +7,7 @@
 Extra ``key=value`` arguments are OmegaConf dot-list overrides of ``dataset.*`` and
 ``experiment.*`` (the same keys as ``python -m ltrjax.run experiment=offline``). Writes
 results.json / results.md into ``--out``. ``--smoke`` runs a tiny table (the synthetic dataset unless
-``--dataset`` is given, 100 queries, 20k sessions, 3 estimators, at most 5 epochs; seconds), for tests; overrides
+``--dataset`` is given, 100 queries, 4k sessions, 3 estimators, at most 5 epochs; seconds), for tests; overrides
 given on the command line still win.
 """
 
@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # --smoke: a tiny offline run (dataset.*/experiment.* dot-list overrides, applied before the user's)
-SMOKE = ["dataset.n_queries=100", "experiment.trials=1", "experiment.n_sessions=20000", "experiment.progress=false",
+SMOKE = ["dataset.n_queries=100", "experiment.trials=1", "experiment.n_sessions=4000", "experiment.progress=false",
          "experiment.estimators=[prs,production,labeled]", "experiment.train.max_epochs=5",
          "experiment.train.patience=2", "experiment.logging_chunk=8192", "experiment.eval_buckets=1"]
 SMOKE_DATASET = "synthetic"
