@@ -16,7 +16,7 @@ from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.policies.ucbrank import UCBRank
 from ltrjax.online.simulator import SPLITS, Simulator, compiled
-from ltrjax.online.state import to_entry_order
+from ltrjax.online.state import STAT_NAMES, kept_counters, to_entry_order
 from tests import toy_sims
 
 CONFIG = toy_sims.SMALL_CONFIG  # 6 refreshes, 3 models (retrains after segments 1 and 3)
@@ -117,6 +117,47 @@ def ebrank(sim):
 def test_ebrank_population_equals_members(sim, ebrank):
     """The six members in one population (one vmapped segment program, one vmapped prior fit)."""
     check_population(sim, *ebrank)
+
+
+class AllCountersEBRank(EBRank):
+    """EBRank whose state keeps all six counters (the control of ``counters_read``)."""
+
+    counters_read = STAT_NAMES
+
+
+class UnderDeclaredEBRank(EBRank):
+    """EBRank that leaves out a counter it reads (``exposure``, its statistic's N and E)."""
+
+    counters_read = ("clicks", "impressions")
+
+
+def test_states_keep_only_the_counters_the_policy_reads(sim, ebrank):
+    """EBRank's states keep its statistic's counters, impressions and clicks (3 of 6: the session step scatters and
+    carries 3 arrays, not 6), and a run equals the run that keeps all six, bit for bit, on the kept counters; a policy
+    that leaves out a counter it reads fails when its programs are traced, instead of running with other values."""
+    policy, keys, hypers, solo = ebrank
+    assert kept_counters(policy.counters_read) == ("clicks", "impressions", "exposure")
+    for state in solo[0].final_states:
+        assert [n for n in STAT_NAMES if getattr(state.counters, n) is not None] == ["clicks", "impressions",
+                                                                                     "exposure"]
+    control = AllCountersEBRank(sim.data, epsilon=20.0, min_impressions=2, fit={"max_epochs": 5, "batch_size": 32})
+    want = sim.run(control, keys[0], hyper=hypers[0], progress=False, keep_logs=True)
+    got = solo[0]
+    for a, b in zip(got.logs, want.logs):
+        np.testing.assert_array_equal(a.shown, b.shown)
+        np.testing.assert_array_equal(a.clicks, b.clicks)
+    np.testing.assert_array_equal(got.session_ndcg, want.session_ndcg)
+    assert got.cum_ndcg == want.cum_ndcg and (got.warm_ndcg, got.cold_ndcg) == (want.warm_ndcg, want.cold_ndcg)
+    for a, b in zip(got.final_states, want.final_states):
+        assert all(getattr(b.counters, n) is not None for n in STAT_NAMES)
+        for n in ("clicks", "impressions", "exposure"):
+            np.testing.assert_array_equal(getattr(a.counters, n), getattr(b.counters, n))
+    for x, y in zip(jax.tree_util.tree_leaves(got.final_params), jax.tree_util.tree_leaves(want.final_params)):
+        np.testing.assert_array_equal(x, y)
+    assert sim.member_bytes(policy) < sim.member_bytes(control)
+    under = UnderDeclaredEBRank(sim.data, epsilon=20.0, min_impressions=2, fit={"max_epochs": 5, "batch_size": 32})
+    with pytest.raises(TypeError):
+        sim.run(under, keys[0], progress=False)
 
 
 def test_ebrank_population_in_chunks_equals_members(sim, ebrank):

@@ -46,7 +46,7 @@ from ltrjax.online.policies.base import Policy, SessionLog, member, stack_member
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
                                     padded_steps, update_points, width_ladder)
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
-                                 init_bucket_state_host)
+                                 init_bucket_state_host, kept_counters)
 
 log = logging.getLogger("ltrjax")
 
@@ -601,14 +601,15 @@ class Simulator:
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
 
     # ------------------------------------------------------------------ plans and draws
-    def init_states(self, key: jax.Array) -> list[BucketState]:
+    def init_states(self, key: jax.Array, names: tuple[str, ...] = STAT_NAMES) -> list[BucketState]:
         """Every bucket's initial state (``state.init_bucket_state``), on the device."""
-        return jax.device_put(self.host_init_states(key))
+        return jax.device_put(self.host_init_states(key, names))
 
-    def host_init_states(self, key: jax.Array) -> list[BucketState]:
+    def host_init_states(self, key: jax.Array, names: tuple[str, ...] = STAT_NAMES) -> list[BucketState]:
         """``init_states`` computed on the host with NumPy (``state.init_bucket_state_host``: the same arrays, and
-        no program per bucket shape to compile); the simulator stacks and uploads them per population."""
-        return [init_bucket_state_host(host_random.fold_in(key, b), bucket, self.config.initial_docs)
+        no program per bucket shape to compile); the simulator stacks and uploads them per population. Only the
+        counters ``names`` are kept (a policy's: ``kept_counters(policy.counters_read)``)."""
+        return [init_bucket_state_host(host_random.fold_in(key, b), bucket, self.config.initial_docs, names)
                 for b, bucket in enumerate(self.data.buckets)]
 
     def session_counts(self) -> tuple[int, int]:
@@ -787,7 +788,8 @@ class Simulator:
         k = self.config.top_k
         n_main = self.session_counts()[1]
         per_segment = n_main / max(self.config.n_segments, 1)
-        state = sum(b.n_queries * b.width * (len(STAT_NAMES) + 3) * 4 for b in self.data.buckets)
+        planes = len(kept_counters(policy.counters_read)) if policy is not None else len(STAT_NAMES)
+        state = sum(b.n_queries * b.width * (planes + 3) * 4 for b in self.data.buckets)
         steps = max(self._steps.get("main", 0), int(per_segment / max(sum(self.n_lanes), 1)) + 1)
         segment = sum(steps * lanes * (4 * self.uniform_rows * k + 16 + 4 + 5 * k) for lanes in self.n_lanes)
         # x4.5: calibrated on synthetic_mslr30k at 3,000 queries (1 vs 7 EBRank members: 108 MB more per member,
@@ -877,7 +879,8 @@ class Simulator:
         points, _, segments, plans = self.main_segments(mains, n_main)
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
-        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init) for t in trials))]
+        names = kept_counters(policy.counters_read)
+        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init, names) for t in trials))]
         states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
         _, states = self._run_segments(policy, params, hyper, states, segments, plans, [t.run for t in trials],
                                        trial_of, self.segment_widths(mains, points))
@@ -1140,7 +1143,7 @@ class Simulator:
         draws = [self.session_plan(t.plan) for t in trials]
         params = self._shard(stack_members([policy.init(trials[t].policy, self.data) for t in trial_of]))
         hyper = self._shard(stack_members(hypers))
-        states = self._warm_up(trials, trial_of, draws, timings)
+        states = self._warm_up(trials, trial_of, draws, timings, kept_counters(policy.counters_read))
         train_info: list[list[dict]] = [[] for _ in range(len(keys))]
         if self.config.train_after_warmup and policy.trains:
             warm_keys = fold_member_keys(trials, trial_of, "train", WARMUP_RETRAIN)
@@ -1156,9 +1159,11 @@ class Simulator:
         run.bar.close()
         return self._trial_results(run, draws, params, states, n_real, keep_states)
 
-    def _warm_up(self, trials: list[TrialKeys], trial_of: np.ndarray, draws: list, timings: dict) -> list:
-        """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member."""
-        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init) for t in trials))]  # [T] per bucket
+    def _warm_up(self, trials: list[TrialKeys], trial_of: np.ndarray, draws: list, timings: dict,
+                 names: tuple[str, ...] = STAT_NAMES) -> list:
+        """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member; the states
+        keep the counters ``names`` (the main policy's), which the warm-up counts too."""
+        initial = [stack_members(s) for s in zip(*(self.host_init_states(t.init, names) for t in trials))]
         tic = time.perf_counter()
         warm_policy = self.warmup_policy
         if warm_policy is not None and len(draws[0][0]):

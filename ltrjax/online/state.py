@@ -33,8 +33,9 @@ class DocCounters:
     beta_sum: jax.Array  # sum beta_k
 
     @classmethod
-    def zeros(cls, shape) -> "DocCounters":
-        return cls.unpack(jnp.zeros((len(STAT_NAMES),) + tuple(shape), jnp.float32))
+    def zeros(cls, shape, names: tuple[str, ...] = STAT_NAMES) -> "DocCounters":
+        """Zero counters ``shape``; the counters not in ``names`` are None (not kept)."""
+        return cls(**{n: jnp.zeros(tuple(shape), jnp.float32) if n in names else None for n in STAT_NAMES})
 
     @classmethod
     def unpack(cls, planes: jax.Array) -> "DocCounters":
@@ -56,12 +57,24 @@ class BucketState:
 
     @property
     def stats(self) -> jax.Array:
-        """The counters stacked plane-major, ``[len(STAT_NAMES), Qb+1, Db]`` in STAT_NAMES order."""
-        return jnp.stack([getattr(self.counters, name) for name in STAT_NAMES])
+        """The kept counters stacked plane-major, ``[kept, Qb+1, Db]`` in STAT_NAMES order (all six unless the
+        state was made for a policy's ``counters_read``)."""
+        return jnp.stack([c for c in (getattr(self.counters, name) for name in STAT_NAMES) if c is not None])
 
 
-def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, int]) -> BucketState:
-    """Random entry order per query; a random ``initial_docs`` range (inclusive) of documents enter first."""
+def kept_counters(names) -> tuple[str, ...]:
+    """The counters a state keeps for a policy that reads ``names``: those, and ``clicks`` (the perfect documents'
+    record, UCBRank Fig. 1), in ``STAT_NAMES`` order."""
+    unknown = set(names) - set(STAT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown counters {sorted(unknown)}; expected some of {STAT_NAMES}")
+    return tuple(n for n in STAT_NAMES if n in names or n == "clicks")
+
+
+def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, int],
+                      names: tuple[str, ...] = STAT_NAMES) -> BucketState:
+    """Random entry order per query; a random ``initial_docs`` range (inclusive) of documents enter first. Only the
+    counters ``names`` are kept (the others None)."""
     n_queries, width = bucket.labels.shape
     keys = jax.vmap(lambda q: jax.random.fold_in(key, q))(bucket.query_index)
 
@@ -76,7 +89,7 @@ def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, i
     rank = jnp.argsort(order, axis=1).astype(jnp.int32)
     pad_row = lambda a: jnp.concatenate([a, a[:1] * 0], axis=0)  # noqa: E731
     return BucketState(
-        counters=DocCounters.zeros((n_queries + 1, width)),
+        counters=DocCounters.zeros((n_queries + 1, width), names),
         n_entered=pad_row(n_entered),
         issue_count=jnp.zeros((n_queries + 1,), jnp.int32),
         order=pad_row(order),
@@ -85,7 +98,8 @@ def init_bucket_state(key: jax.Array, bucket: Bucket, initial_docs: tuple[int, i
     )
 
 
-def init_bucket_state_host(key, bucket: Bucket, initial_docs: tuple[int, int]) -> BucketState:
+def init_bucket_state_host(key, bucket: Bucket, initial_docs: tuple[int, int],
+                           names: tuple[str, ...] = STAT_NAMES) -> BucketState:
     """``init_bucket_state`` computed with NumPy on the host (``host_random``: the same draws, bit for bit, and
     no XLA program per bucket shape to compile); the state's arrays are NumPy arrays."""
     doc_mask, n_docs = np.asarray(bucket.doc_mask), np.asarray(bucket.n_docs)
@@ -98,7 +112,8 @@ def init_bucket_state_host(key, bucket: Bucket, initial_docs: tuple[int, int]) -
     rank = np.argsort(order, axis=1, kind="stable").astype(np.int32)
     pad_row = lambda a: np.concatenate([a, np.zeros_like(a[:1])], axis=0)  # noqa: E731
     return BucketState(
-        counters=DocCounters(*(np.zeros((n_queries + 1, width), np.float32) for _ in STAT_NAMES)),
+        counters=DocCounters(**{n: np.zeros((n_queries + 1, width), np.float32) if n in names else None
+                                for n in STAT_NAMES}),
         n_entered=pad_row(n_entered),
         issue_count=np.zeros((n_queries + 1,), np.int32),
         order=pad_row(order),
@@ -122,7 +137,8 @@ def to_dataset_order(values: jax.Array, state: BucketState) -> jax.Array:
 
 def counters_in_dataset_order(state: BucketState, names: tuple[str, ...] = STAT_NAMES) -> DocCounters:
     """The counters ``names`` in dataset order (``[Qb, Db]`` each); the others None."""
-    return DocCounters(**{name: to_dataset_order(getattr(state.counters, name), state) if name in names else None
+    return DocCounters(**{name: to_dataset_order(getattr(state.counters, name), state)
+                          if name in names and getattr(state.counters, name) is not None else None
                           for name in STAT_NAMES})
 
 

@@ -177,8 +177,10 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
     inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
     alpha_k, beta_k = (x[: protocol.top_k] for x in click_lib.affine_terms(protocol.click_model))
     c, w = clicked.astype(jnp.float32), on.astype(jnp.float32)
-    delta = DocCounters(clicks=c, ips_clicks=c * inv_theta, impressions=w, exposure=w * theta,
-                        alpha_sum=w * alpha_k, beta_sum=w * beta_k)
+    delta = {"clicks": c, "ips_clicks": c * inv_theta, "impressions": w, "exposure": w * theta,
+             "alpha_sum": w * alpha_k, "beta_sum": w * beta_k}
+    # one scatter per counter the state keeps (``Policy.counters_read``); the others are None and not touched
+    delta = DocCounters(**{n: v if getattr(state.counters, n) is not None else None for n, v in delta.items()})
     entered_now = n_new > view.n_entered
     slot = jnp.maximum(n_new - 1, 0)
     state = state.replace(

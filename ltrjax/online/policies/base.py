@@ -122,6 +122,11 @@ class Policy:
     # the counters (``STAT_NAMES``) that ``update``/``update_population`` read: a retrain brings only these to the
     # host in dataset order (the others are None), ``impressions`` always (the example filter)
     retrain_counters: tuple[str, ...] = STAT_NAMES
+    # every counter the policy reads anywhere (scores, records, ``prepare``, evaluation, retrains): the simulator's
+    # state keeps only these and ``clicks`` (``state.kept_counters``), the others are None, so the session step
+    # neither scatters nor carries them. A counter read but not listed is None where it is read: an error, never a
+    # silently different result
+    counters_read: tuple[str, ...] = STAT_NAMES
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()

@@ -13,6 +13,7 @@ class BM25(Policy):
 
     name = "bm25"
     narrow_rows = True
+    counters_read = ()  # ranks by a feature: no counter (the state keeps clicks, for the record)
 
     def __init__(self, data: PaddedDataset, feature: PositiveInt | None = None, name: str | None = None):
         if feature is not None:

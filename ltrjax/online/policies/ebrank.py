@@ -241,6 +241,11 @@ class EBRank(Policy):
         """The counters of the chosen statistic (``beta_statistics``); impressions filter the examples."""
         return ("clicks", "exposure") if self.statistic == "exposure" else ("ips_clicks", "impressions", "exposure")
 
+    @property
+    def counters_read(self) -> tuple[str, ...]:
+        """The statistic's counters (Eq. 25-27) and impressions (the retrain's example filter)."""
+        return (*self.retrain_counters, "impressions")
+
     def _stats(self, counters: DocCounters):
         return beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
                                counters.exposure)
@@ -312,6 +317,11 @@ class EBRankOnlyBehaviour(Policy):
         self.name = name or self.name
         self.statistic = statistic
         self.min_denominator = float(min_denominator)
+
+    @property
+    def counters_read(self) -> tuple[str, ...]:
+        """The chosen statistic's counters (``beta_statistics``)."""
+        return ("clicks", "exposure") if self.statistic == "exposure" else ("ips_clicks", "impressions", "exposure")
 
     def _ratio(self, counters: DocCounters):
         c, n, _ = beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
