@@ -56,6 +56,11 @@ def beta_statistics(statistic: str, clicks, ips_clicks, impressions, exposure):
     raise ValueError(f"unknown EBRank statistic {statistic!r}; expected one of {STATISTICS}")
 
 
+def statistic_counters(statistic: str) -> tuple[str, ...]:
+    """The counters ``beta_statistics`` reads for ``statistic``."""
+    return ("clicks", "exposure") if statistic == "exposure" else ("ips_clicks", "impressions", "exposure")
+
+
 def posterior_mean(alpha, beta, c, n):
     """R_hat = (C + alpha) / (N + alpha + beta)  (Eq. 25)."""
     return (c + alpha) / (n + alpha + beta)
@@ -239,7 +244,7 @@ class EBRank(Policy):
     @property
     def retrain_counters(self) -> tuple[str, ...]:
         """The counters of the chosen statistic (``beta_statistics``); impressions filter the examples."""
-        return ("clicks", "exposure") if self.statistic == "exposure" else ("ips_clicks", "impressions", "exposure")
+        return statistic_counters(self.statistic)
 
     @property
     def counters_read(self) -> tuple[str, ...]:
@@ -321,7 +326,7 @@ class EBRankOnlyBehaviour(Policy):
     @property
     def counters_read(self) -> tuple[str, ...]:
         """The chosen statistic's counters (``beta_statistics``)."""
-        return ("clicks", "exposure") if self.statistic == "exposure" else ("ips_clicks", "impressions", "exposure")
+        return statistic_counters(self.statistic)
 
     def _ratio(self, counters: DocCounters):
         c, n, _ = beta_statistics(self.statistic, counters.clicks, counters.ips_clicks, counters.impressions,
