@@ -37,18 +37,13 @@ class DocCounters:
         """Zero counters ``shape``; the counters not in ``names`` are None (not kept)."""
         return cls(**{n: jnp.zeros(tuple(shape), jnp.float32) if n in names else None for n in STAT_NAMES})
 
-    @classmethod
-    def unpack(cls, planes: jax.Array) -> "DocCounters":
-        """From a plane-major ``[len(STAT_NAMES), ...]`` array."""
-        return cls(*(planes[i] for i in range(len(STAT_NAMES))))
-
 
 @struct.dataclass
 class BucketState:
     """Simulation state of one size bucket; leading axis = query (+1 scratch row)."""
 
     counters: DocCounters  # f32 [Qb+1, Db] per counter, entry order; one array per counter, so a row gather
-    #                        in the session step reads only the counters the policy uses
+    #                        in the session step reads only the counters the policy uses (None: not kept)
     n_entered: jax.Array  # i32 [Qb+1]
     issue_count: jax.Array  # i32 [Qb+1] T_q, sessions the query has been issued in
     order: jax.Array  # i32 [Qb+1, Db] entry slot j -> document slot (dataset order)
