@@ -176,7 +176,16 @@ def test_capped_document_collection_equals_subsample_of_all():
     assert set(capped) == set(want)
     for k in want:
         np.testing.assert_array_equal(capped[k], want[k])
-    assert collect_documents(data, counters, entered, TRAIN, 20, limit=n, seed=[3])["features"].shape[0] == n
+    assert collect_documents(data, counters, entered, TRAIN, 20, limit=n, seed=[3])["doc"].shape[0] == n
+    # the ids are rows of the document table: the features of the documents chosen, bucket by bucket
+    table = data.document_table()
+    want_rows = np.concatenate([np.asarray(b.features)[np.asarray(b.split)[:, None].repeat(b.width, 1) == TRAIN]
+                                for b in data.buckets])
+    got_rows = np.asarray(jax.jit(table.rows)(jnp.asarray(full["doc"])))
+    keep = np.concatenate([((np.asarray(b.split)[:, None] == TRAIN) & np.asarray(e) & (np.asarray(c.impressions) > 20)
+                            & np.asarray(b.doc_mask))[np.asarray(b.split)[:, None].repeat(b.width, 1) == TRAIN]
+                           for b, c, e in zip(data.buckets, counters, entered)])
+    np.testing.assert_array_equal(got_rows, want_rows[keep])
 
     keys = jax.random.split(jax.random.PRNGKey(2), 2)
     stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), counters)
@@ -185,8 +194,7 @@ def test_capped_document_collection_equals_subsample_of_all():
     for i in range(2):
         for j, split in enumerate((TRAIN, VALI)):
             all_docs = collect_documents(data, counters, entered, split, 20)
-            np.testing.assert_array_equal(splits[i][j]["features"],
-                                          subsample(all_docs, 50, key_seed(keys[i]) + [j])["features"])
+            np.testing.assert_array_equal(splits[i][j]["doc"], subsample(all_docs, 50, key_seed(keys[i]) + [j])["doc"])
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 4096, 1 << 17])
@@ -305,3 +313,40 @@ def test_stack_padded_equals_stacking_padded_examples():
         pad_examples({"c": np.zeros(70, np.float32)}, 8, 65)
     with pytest.raises(ValueError, match="cannot pad 70 examples to 65"):
         stack_padded([{"c": np.zeros(70, np.float32)}], 8, 65)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "lbfgs"])
+def test_a_fit_on_document_ids_equals_the_fit_on_their_features(optimizer):
+    """Examples that carry document ids (``doc``, rows of a ``DocumentTable`` of three blocks, plus ``extra``
+    columns) fit bit for bit as the same examples with their features copied in, for two members."""
+    from ltrjax.data.layout import DocumentTable
+
+    rng = np.random.default_rng(7)
+    blocks = [rng.normal(size=(n, 5)).astype(np.float32) for n in (9, 30, 17)]
+    table = DocumentTable(tuple(jnp.asarray(b) for b in blocks), (0, 9, 39))
+    flat = np.concatenate(blocks)
+
+    def loss(params, batch):
+        return (batch["features"] @ params["w"] + params["b"] - batch["target"]) ** 2
+
+    def examples(seed, n):
+        r = np.random.default_rng(seed)
+        doc = r.integers(0, len(flat), n).astype(np.int32)
+        extra = r.normal(size=(n, 1)).astype(np.float32)
+        target = (flat[doc] @ np.arange(1, 6) + 2 * extra[:, 0]).astype(np.float32)
+        by_id = {"doc": doc, "extra": extra, "target": target}
+        copied = {"features": np.concatenate([flat[doc], extra], axis=1), "target": target}
+        return by_id, copied
+
+    sets = [[examples(10 * m + s, 300 + 50 * m) for s in (0, 1)] for m in range(2)]
+    cfg = FitConfig(optimizer=optimizer, max_epochs=30, patience=3, batch_size=64)
+    fit = MemberFit(loss, cfg)
+    keys = jax.random.split(jax.random.PRNGKey(5), 2)
+    got, got_info = fit_members(fit, init(dim=6, members=2), [s[0][0] for s in sets], [s[1][0] for s in sets], keys,
+                                "t", table=table)
+    want, want_info = fit_members(fit, init(dim=6, members=2), [s[0][1] for s in sets], [s[1][1] for s in sets],
+                                  keys, "t")
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_array_equal(a, b)
+    assert got_info == want_info
+    assert got_info[0]["epochs"] > 1  # it trained

@@ -291,7 +291,7 @@ def test_delta_label_training_reduces_validation_mse(toy):
     docs = collect_documents(data, counters, entered, TRAIN, 0)
     ex = UCBRank(data, setting="concat").examples(docs)
     np.testing.assert_allclose(ex["target"], r[train_docs], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(ex["features"][:, -1], r[train_docs], rtol=1e-5, atol=1e-6)  # x_b = Delta
+    np.testing.assert_allclose(ex["extra"][:, -1], r[train_docs], rtol=1e-5, atol=1e-6)  # x_b = Delta
     assert not np.allclose(np.asarray(behav.ctr(counters[0]))[train_docs], r[train_docs])
 
 

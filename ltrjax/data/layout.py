@@ -60,6 +60,24 @@ class Bucket:
                                for name in ("doc_row", "labels", "doc_mask", "n_docs", "split", "query_index")})
 
 
+@struct.dataclass
+class DocumentTable:
+    """Every bucket's ``doc_features`` behind one int32 document id (bucket b's row r is ``starts[b] + r``): retrain
+    examples carry ids, not copies of their features, and a program gathers the rows it uses (``rows``)."""
+
+    blocks: tuple[jax.Array, ...]  # each bucket's doc_features [Nb+1, F]
+    starts: tuple[int, ...] = struct.field(pytree_node=False)  # the id of each block's first row
+
+    def rows(self, ids: jax.Array) -> jax.Array:
+        """The feature rows of document ``ids`` (any shape): ``ids.shape + (F,)``."""
+        out = None
+        for block, start in zip(self.blocks, self.starts):
+            local = ids - start
+            got = jnp.take(block, jnp.clip(local, 0, block.shape[0] - 1), axis=0)
+            out = got if out is None else jnp.where(((local >= 0) & (local < block.shape[0]))[..., None], got, out)
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
 class PaddedDataset:
     """A dataset as size buckets plus the facts every policy needs."""
@@ -84,6 +102,16 @@ class PaddedDataset:
                              f"{ids.size} features, ids {int(ids.min(initial=0))}..{int(ids.max(initial=0))}; "
                              "constant and dropped features are removed)")
         return int(hits[0])
+
+    @property
+    def document_starts(self) -> tuple[int, ...]:
+        """The id of each bucket's first document row (``DocumentTable``; each bucket has ``Nb+1`` rows)."""
+        sizes = [int(b.doc_features.shape[0]) for b in self.buckets]
+        return tuple(int(s) for s in np.cumsum([0] + sizes[:-1]))
+
+    def document_table(self) -> DocumentTable:
+        """Every bucket's documents behind one id (no copy: the table holds the buckets' arrays)."""
+        return DocumentTable(tuple(b.doc_features for b in self.buckets), self.document_starts)
 
 
 def padded_cells(sizes: np.ndarray, widths: np.ndarray) -> int:

@@ -128,6 +128,18 @@ def padded_size(n: int, capacity: int | None, smallest: int = 4096) -> int:
     return max(n, min(size, capacity)) if capacity is not None else size
 
 
+def with_features(batch: Mapping[str, jax.Array], table) -> Mapping[str, jax.Array]:
+    """``batch`` with ``features``: the rows of its document ids ``doc`` in ``table`` (``ltrjax.data.layout.
+    DocumentTable``), followed by its ``extra`` columns when it has them (e.g. x_b); a batch without ``doc`` as it
+    is. Retrain examples carry ids, so a fit gathers only the rows of each minibatch and validation."""
+    if "doc" not in batch:
+        return batch
+    features = table.rows(batch["doc"])
+    if "extra" in batch:
+        features = jnp.concatenate([features, batch["extra"].astype(features.dtype)], axis=-1)
+    return {**{k: v for k, v in batch.items() if k not in ("doc", "extra")}, "features": features}
+
+
 def weighted_mean(losses: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1e-12)
 
@@ -164,9 +176,10 @@ def shuffled_order(key: jax.Array, real: jax.Array) -> jax.Array:
 
 
 def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order) -> Callable:
-    """Return ``fit(params, train, val, key) -> (best_params, info)``, a pure function (jit or vmap it).
+    """Return ``fit(params, train, val, key, table=None) -> (best_params, info)``, a pure function (jit or vmap it).
 
-    ``train``/``val`` are dicts of equally long arrays including ``weight`` (0 = padding). Under
+    ``train``/``val`` are dicts of equally long arrays including ``weight`` (0 = padding); examples with document
+    ids ``doc`` get their ``features`` from ``table`` where the loss reads them (``with_features``). Under
     ``jax.vmap`` (one fit per member of a population, ``fit_members``) the data-dependent loop bounds —
     the number of real minibatches and the early-stopping ``while_loop`` — become per-member masks:
     a member that has stopped keeps its parameters while the others train on.
@@ -178,14 +191,14 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
     """
     tx = optim.optimizer_of(cfg)
 
-    def batch_loss(params, batch):
-        return weighted_mean(loss_fn(params, batch), batch["weight"])
-
-    grad_fn = jax.value_and_grad(batch_loss)
     full_batch = cfg.optimizer == "lbfgs"
     rule = online_rule(cfg)
 
-    def fit(params, train, val, key):
+    def fit(params, train, val, key, table=None):
+        def batch_loss(params, batch):
+            return weighted_mean(loss_fn(params, with_features(batch, table)), batch["weight"])
+
+        grad_fn = jax.value_and_grad(batch_loss)
         n = train["weight"].shape[0]
         batch = min(cfg.batch_size, n)
         real = train["weight"] > 0
@@ -246,8 +259,9 @@ class MemberFit:
         self.fit = make_fit(loss_fn, cfg, shuffle)
         self.block = block = int(cfg.member_batch)
 
-        def member_fits(params, train, val, keys):  # named: compile logs and CompileMeter.programs show it
-            return map_in_blocks(lambda member: self.fit(*member), (params, train, val, keys), block)
+        def member_fits(params, train, val, keys, table=None):  # named: compile logs and CompileMeter.programs show it
+            return map_in_blocks(lambda member, table: self.fit(*member, table), (params, train, val, keys), block,
+                                 table)
 
         self.batched = jax.jit(member_fits)
 
@@ -278,11 +292,12 @@ def key_seed(key: jax.Array) -> list[int]:
 
 def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndarray]],
                 vals: list[Mapping[str, np.ndarray]], keys: jax.Array, name: str,
-                capacity: tuple[int | None, int | None] = (None, None)) -> tuple[Any, list[dict]]:
+                capacity: tuple[int | None, int | None] = (None, None), table=None) -> tuple[Any, list[dict]]:
     """Retrain every member of a population in one compiled, early-stopped program; returns (params, infos).
 
     ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's
-    examples (host arrays). Each member early-stops on its validation loss, or on its training loss
+    examples (host arrays; document ids ``doc`` are rows of ``table``, a ``DocumentTable``, gathered inside the
+    fit). Each member early-stops on its validation loss, or on its training loss
     while it has no validation examples yet; all members are padded to one power-of-two size capped
     at ``capacity`` (the most examples a split can hold), so a run compiles a handful of shapes. A
     member with fewer than ``min_examples`` training examples is skipped: its parameters are kept.
@@ -302,7 +317,7 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     # on the device at once (the host arrays, [members, examples, features], are freed before the fit runs)
     train = jax.device_put(stack_padded(trains, cfg.batch_size, train_size))
     val = jax.device_put(stack_padded(vals, cfg.batch_size, val_size))
-    new, info = jax.device_get(member_fit.batched(params, train, val, keys))
+    new, info = jax.device_get(member_fit.batched(params, train, val, keys, table))
     del train, val
     trained = np.asarray(n_train) >= cfg.min_examples
     # on the host: the parameters are small, and each eager jnp op would be a program to compile

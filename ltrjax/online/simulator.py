@@ -42,7 +42,7 @@ from ltrjax.data.queryset import TEST
 from ltrjax.online import host_random
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
-from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
+from ltrjax.online.policies.base import MemberViews, Policy, SessionLog, member, stack_members
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
                                     padded_steps, update_points, width_ladder)
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
@@ -336,11 +336,21 @@ def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
 
 
 @functools.partial(jax.jit, static_argnames="names")
-def _dataset_order_views(states, names):
-    """Per bucket, every member's counters ``names`` (the others None) and entered mask in dataset order (a
-    retrain's inputs), one program."""
-    return (tuple(jax.vmap(functools.partial(counters_in_dataset_order, names=names))(s) for s in states),
-            tuple(jax.vmap(entered_mask)(s) for s in states))
+def _member_dataset_order_views(states, i, names):
+    """Per bucket, member ``i``'s counters ``names`` (the others None) and entered mask in dataset order (a
+    retrain's inputs), one program for every member (``i`` is traced)."""
+    ones = [jax.tree_util.tree_map(lambda a: a[i], s) for s in states]
+    return (tuple(counters_in_dataset_order(s, names=names) for s in ones), tuple(entered_mask(s) for s in ones))
+
+
+def retrain_views(states, names: tuple[str, ...], n_members: int) -> tuple[MemberViews, MemberViews]:
+    """A retrain's per-member counters ``names`` and entered masks in dataset order, as ``MemberViews``: each
+    member's are computed and brought to the host when read (the last member's are kept for its other reads)."""
+    @functools.lru_cache(maxsize=1)
+    def read(i: int):
+        return jax.device_get(_member_dataset_order_views(tuple(states), i, names))
+
+    return MemberViews(lambda i: read(i)[0], n_members), MemberViews(lambda i: read(i)[1], n_members)
 
 
 def resolve_hyper(policy: Policy, hyper) -> Any:
@@ -1128,7 +1138,7 @@ class Simulator:
 
     def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
         names = tuple(n for n in STAT_NAMES if n in policy.retrain_counters or n == "impressions")
-        counters, entered = jax.device_get(_dataset_order_views(tuple(states), names))
+        counters, entered = retrain_views(states, names, len(logs))
         return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
     def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool,

@@ -19,13 +19,15 @@ hyper-parameters (exploration strengths, learning rates: what a validation grid 
 pytree ``Policy.Hyper`` (a ``flax.struct`` dataclass, the way gymnax passes ``EnvParams``), which a
 population of members stacks along a leading axis.
 
-Retraining is population-wise: ``update_population`` gets every member's parameters, counters and
-log with a leading member axis and may train them all in one compiled fit; the default calls
-``update`` member by member, so a simple policy only writes ``update``.
+Retraining is population-wise: ``update_population`` gets every member's parameters and log with a
+leading member axis, and its counters as ``MemberViews`` (``member(counters, i)`` reads member i's), and
+may train them all in one compiled fit; the default calls ``update`` member by member, so a simple policy
+only writes ``update``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -74,8 +76,24 @@ class NoHyper:
 
 
 def member(tree, i: int):
-    """Member ``i`` of a pytree with a leading member axis."""
+    """Member ``i`` of a pytree with a leading member axis, or of ``MemberViews`` (computed when read)."""
+    if isinstance(tree, MemberViews):
+        return tree.read(i)
     return jax.tree_util.tree_map(lambda a: a[i], tree)
+
+
+class MemberViews:
+    """A population's per-member values read one member at a time, through ``member(views, i)``: a retrain's
+    dataset-order counters and entered masks, computed on the device for member i and copied to the host when
+    read. A retrain then holds one member's copy at a time, not the population's (7 EBRank members at MSLR-30K
+    shape: 0.55 GB on the device and again on the host)."""
+
+    def __init__(self, read: Callable[[int], Any], n_members: int):
+        self.read = read
+        self.n_members = n_members
+
+    def __len__(self) -> int:
+        return self.n_members
 
 
 HOST_STACK_SIZE = 1 << 16  # leaves of at most this many numbers are stacked on the host (``stack_members``)
@@ -195,8 +213,9 @@ class Policy:
     def update_population(self, keys: jax.Array, params: Params, hyper: Any, data: PaddedDataset,
                           counters: tuple[DocCounters, ...], entered: tuple[jax.Array, ...],
                           logs: list[SessionLog | None]) -> tuple[Params, list[dict]]:
-        """Retrain every member: ``keys``, ``params``, ``hyper``, ``counters`` and ``entered`` carry a
-        leading member axis, ``logs`` is one log per member. The default retrains member by member with
+        """Retrain every member: ``keys``, ``params`` and ``hyper`` carry a leading member axis, ``counters``
+        and ``entered`` too or are ``MemberViews`` (the simulator's: read member i's host arrays with
+        ``member(counters, i)``), ``logs`` is one log per member. The default retrains member by member with
         ``update``; trainers override it with one compiled fit (``ltrjax.models.train.fit_members``)."""
         out = [self.update(keys[i], member(params, i), member(hyper, i), data, member(counters, i),
                            member(entered, i), logs[i]) for i in range(len(logs))]

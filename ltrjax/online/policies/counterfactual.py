@@ -127,8 +127,11 @@ class LinearL2Model:
         return (self(params, batch["features"]) - batch["target"]) ** 2
 
 
-def fit_examples(features: np.ndarray, target) -> dict:
-    return {"features": np.asarray(features, np.float32), "target": np.asarray(target, np.float32)}
+def fit_examples(docs: dict, target, extra=None) -> dict:
+    """A fit's examples: the documents' ids (``collect_documents``), their regression target and, when given, the
+    ``extra`` input columns that follow their features (x_b)."""
+    out = {"doc": docs["doc"], "target": np.asarray(target, np.float32)}
+    return out if extra is None else {**out, "extra": np.asarray(extra, np.float32).reshape(len(target), -1)}
 
 
 @struct.dataclass
@@ -224,10 +227,8 @@ class CounterfactualL2(Policy):
     # -- training
     def examples(self, docs: dict) -> dict:
         counters = counters_of(docs)
-        x = docs["features"].astype(np.float32)
-        if self.setting == "concat":
-            x = np.concatenate([x, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
-        return fit_examples(x, regression_target(self.target, counters))
+        extra = self.x_b(counters) if self.setting == "concat" else None
+        return fit_examples(docs, regression_target(self.target, counters), extra)
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's model in one compiled fit (fit_members) on its own documents."""
@@ -235,7 +236,8 @@ class CounterfactualL2(Policy):
                 for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions,
                                                keys, self.fit_config.max_examples)]
         model, infos = fit_members(self._fit, params["model"], [s[0] for s in sets], [s[1] for s in sets], keys,
-                                   self.name, (split_capacity(data, TRAIN), split_capacity(data, VALI)))
+                                   self.name, (split_capacity(data, TRAIN), split_capacity(data, VALI)),
+                                   data.document_table())
         return {**params, "model": model}, infos
 
 

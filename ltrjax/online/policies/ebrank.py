@@ -280,7 +280,7 @@ class EBRank(Policy):
     def _examples(self, docs: dict) -> dict:
         c, n, _ = beta_statistics(self.statistic, *(docs.get(k) for k in ("clicks", "ips_clicks", "impressions",
                                                                           "exposure")))  # only those it reads
-        return {"features": docs["features"].astype(np.float32), "c": c.astype(np.float32),
+        return {"doc": docs["doc"], "c": c.astype(np.float32),
                 "n": n.astype(np.float32)}
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
@@ -290,7 +290,7 @@ class EBRank(Policy):
                                                keys, self.fit_config.max_examples)]
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
         prior, infos = fit_members(self._fit, params["prior"], [s[0] for s in sets], [s[1] for s in sets], keys,
-                                   self.name, capacity)
+                                   self.name, capacity, data.document_table())
         for (train, _), info in zip(sets, infos):
             if not info.get("skipped"):
                 info["clamped_fraction"] = float(np.mean(train["n"] - train["c"] + self.beta <= self.clamp))

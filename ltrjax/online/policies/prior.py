@@ -111,10 +111,8 @@ class Prior(Policy):
     # -- training
     def _examples(self, docs: dict) -> tuple[dict, dict]:
         counters = counters_of(docs)
-        x_nb = docs["features"].astype(np.float32)
         y = regression_target(self.target, counters)
-        x_full = np.concatenate([x_nb, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
-        return fit_examples(x_nb, y), fit_examples(x_full, y)
+        return fit_examples(docs, y), fit_examples(docs, y, self.x_b(counters))
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's h and g, each in one compiled fit (fit_members)."""
@@ -122,9 +120,10 @@ class Prior(Policy):
                 for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
         split_keys = jax.vmap(jax.random.split)(keys)
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
+        table = data.document_table()
         prior, info_h = fit_members(self._fit_prior, params["prior"], [t[0] for t, _ in sets], [v[0] for _, v in sets],
-                                    split_keys[:, 0], f"{self.name} prior", capacity)
+                                    split_keys[:, 0], f"{self.name} prior", capacity, table)
         model, info_g = fit_members(self._fit_model, params["model"], [t[1] for t, _ in sets],
-                                    [v[1] for _, v in sets], split_keys[:, 1], self.name, capacity)
+                                    [v[1] for _, v in sets], split_keys[:, 1], self.name, capacity, table)
         infos = [{**{f"prior_{k}": v for k, v in h.items()}, **g} for h, g in zip(info_h, info_g)]
         return {"prior": prior, "model": model}, infos

@@ -51,7 +51,7 @@ from ltrjax.models.mc_dropout import ACTIVATIONS, N_PASSES, MCDropoutMLP
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
 from ltrjax.online.policies.base import Policy, QueryView
-from ltrjax.online.policies.counterfactual import counters_of
+from ltrjax.online.policies.counterfactual import counters_of, fit_examples
 from ltrjax.online.state import DocCounters
 from ltrjax.data.queryset import TRAIN, VALI
 from ltrjax.online.training_data import member_splits, split_capacity
@@ -198,10 +198,8 @@ class UCBRank(Policy):
     def examples(self, docs: dict) -> dict:
         """Inputs (x_b from the counters at the retrain point for concat) and Delta labels (Eq. 8)."""
         counters = counters_of(docs)
-        x = np.asarray(docs["features"], np.float32)
-        if self.setting == "concat":
-            x = np.concatenate([x, np.asarray(self.x_b(counters), np.float32)[:, None]], axis=1)
-        return {"features": x, "target": np.asarray(behav.delta(counters), np.float32)}
+        extra = self.x_b(counters) if self.setting == "concat" else None
+        return fit_examples(docs, behav.delta(counters), extra)
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's MLP in one compiled fit (fit_members): MSE to Delta (Eq. 8)."""
@@ -217,5 +215,5 @@ class UCBRank(Policy):
             trains.append(train)
             vals.append(val)
         model, infos = fit_members(self._fit, params["model"], trains, vals, split_keys[:, 0], self.name,
-                                   (split_capacity(data, TRAIN), split_capacity(data, VALI)))
+                                   (split_capacity(data, TRAIN), split_capacity(data, VALI)), data.document_table())
         return {**params, "model": model}, [{**info, "n_val": n} for info, n in zip(infos, n_vals)]
