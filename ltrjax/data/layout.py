@@ -206,9 +206,9 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
             doc_row=jnp.asarray(doc_row),
             labels=jnp.asarray(labels),
             doc_mask=jnp.asarray(doc_mask),
-            n_docs=jnp.asarray(n_docs, jnp.int32),
-            split=jnp.asarray(qs.split[rows], jnp.int32),
-            query_index=jnp.asarray(rows, jnp.int32),
+            n_docs=jnp.asarray(n_docs.astype(np.int32)),  # converted by NumPy: no program to compile
+            split=jnp.asarray(np.asarray(qs.split[rows], np.int32)),
+            query_index=jnp.asarray(rows.astype(np.int32)),
         )
         if features is not None and done + 1 < len(order):  # keep only the rows of the buckets still to lay out
             alive = np.flatnonzero(np.isin(doc_bucket, order[done + 1:]))
