@@ -192,8 +192,8 @@ def pbm(theta) -> ClickModel:
     """Position-based model: P(c=1 | d, k) = theta_k R_d."""
     theta = jnp.asarray(theta, jnp.float32)
     matrix, stop = _zeros_aux(theta.shape[0])
-    return ClickModel(alpha=theta, beta=jnp.asarray(np.zeros(theta.shape, np.float32)), examination=theta, matrix=matrix,
-                      stop=stop, cascade_click=stop, kind="affine")
+    return ClickModel(alpha=theta, beta=jnp.asarray(np.zeros(theta.shape, np.float32)), examination=theta,
+                      matrix=matrix, stop=stop, cascade_click=stop, kind="affine")
 
 
 def trust_bias(theta, eps_plus, eps_minus) -> ClickModel:

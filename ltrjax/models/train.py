@@ -314,7 +314,7 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
     train_size = max(padded_size(_length(t), capacity[0]) for t in trains)
     val_size = max(padded_size(_length(v), capacity[1]) for v in vals)
-    # on the device at once (the host arrays, [members, examples, features], are freed before the fit runs)
+    # on the device at once: ids and counters, a few numbers per example (the features are gathered in the fit)
     train = jax.device_put(stack_padded(trains, cfg.batch_size, train_size))
     val = jax.device_put(stack_padded(vals, cfg.batch_size, val_size))
     new, info = jax.device_get(member_fit.batched(params, train, val, keys, table))

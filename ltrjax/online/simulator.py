@@ -210,7 +210,7 @@ def bucket_gains(labels: tuple, masks: tuple, discount: jax.Array, y_max: int, m
 
 def ndcg_discount(config: SimConfig, click_model: click_lib.ClickModel) -> jax.Array:
     """The per-position NDCG discount of the protocol (see ``SimConfig.discount``)."""
-    theta = jnp.asarray(click_model.examination[: config.top_k])
+    theta = jnp.asarray(np.asarray(click_model.examination)[: config.top_k])  # sliced by NumPy: no program
     if config.discount == "examination":
         return theta
     if config.discount == "log2":

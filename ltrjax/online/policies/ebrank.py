@@ -280,8 +280,7 @@ class EBRank(Policy):
     def _examples(self, docs: dict) -> dict:
         c, n, _ = beta_statistics(self.statistic, *(docs.get(k) for k in ("clicks", "ips_clicks", "impressions",
                                                                           "exposure")))  # only those it reads
-        return {"doc": docs["doc"], "c": c.astype(np.float32),
-                "n": n.astype(np.float32)}
+        return {"doc": docs["doc"], "c": c.astype(np.float32), "n": n.astype(np.float32)}
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's prior in one compiled fit (fit_members) on its own documents (Eq. 14)."""
