@@ -131,7 +131,10 @@ def fit_examples(docs: dict, target, extra=None) -> dict:
     """A fit's examples: the documents' ids (``collect_documents``), their regression target and, when given, the
     ``extra`` input columns that follow their features (x_b)."""
     out = {"doc": docs["doc"], "target": np.asarray(target, np.float32)}
-    return out if extra is None else {**out, "extra": np.asarray(extra, np.float32).reshape(len(target), -1)}
+    if extra is None:
+        return out
+    extra = np.asarray(extra, np.float32)
+    return {**out, "extra": extra[:, None] if extra.ndim == 1 else extra}  # a column per input, none shown yet too
 
 
 @struct.dataclass
