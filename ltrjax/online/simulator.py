@@ -484,7 +484,7 @@ def member_by_member(fn: Callable, in_axes: tuple) -> Callable:
     """``fn`` over the leading member axis of the arguments whose ``in_axes`` is 0 (the others shared), one member
     after another (``lax.map``) where ``jax.vmap`` would hold every member's transients at once: an evaluation
     puts each member's counters in dataset order and sorts its scores, about 0.08 GB per EBRank member at
-    MSLR-30K shape, the largest transient of a chunk."""
+    MSLR-30K shape (vmapped, the peak of a 14-member chunk of a short protocol: docs/performance.md#memory)."""
     mapped = tuple(i for i, axis in enumerate(in_axes) if axis == 0)
 
     def over_members(*args):
