@@ -39,6 +39,7 @@ from ltrjax.constraints import (ConfigError, Each, Length, NonNegativeInt, OneOf
                                 Range, check_fields, strict_fields)
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TEST
+from ltrjax.models.blocks import map_in_blocks
 from ltrjax.online import host_random
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
@@ -210,14 +211,15 @@ def bucket_gains(labels: tuple, masks: tuple, discount: jax.Array, y_max: int, m
 
 def ndcg_discount(config: SimConfig, click_model: click_lib.ClickModel) -> jax.Array:
     """The per-position NDCG discount of the protocol (see ``SimConfig.discount``)."""
-    theta = jnp.asarray(np.asarray(click_model.examination)[: config.top_k])  # sliced by NumPy: no program
+    theta_host = np.asarray(click_model.examination)[: config.top_k]  # sliced and tested by NumPy: no program
+    theta = jnp.asarray(theta_host)
     if config.discount == "examination":
         return theta
     if config.discount == "log2":
         return metrics.log2_discount(config.top_k)
     if config.discount != "auto":
         raise ValueError(f"unknown discount {config.discount!r}; expected auto, log2 or examination")
-    if config.relevance == "ebrank" and click_model.kind == "affine" and bool(np.all(np.asarray(theta) > 0)):
+    if config.relevance == "ebrank" and click_model.kind == "affine" and bool(np.all(theta_host > 0)):
         return theta
     return metrics.log2_discount(config.top_k)
 
@@ -482,7 +484,7 @@ def per_bucket(fn: Callable, protocol, params, *per_bucket_args):
 
 def member_by_member(fn: Callable, in_axes: tuple) -> Callable:
     """``fn`` over the leading member axis of the arguments whose ``in_axes`` is 0 (the others shared), one member
-    after another (``lax.map``) where ``jax.vmap`` would hold every member's transients at once: an evaluation
+    after another (``map_in_blocks`` with blocks of one, a ``lax.map``) where ``jax.vmap`` would hold every member's transients at once: an evaluation
     puts each member's counters in dataset order and sorts its scores, about 0.08 GB per EBRank member at
     MSLR-30K shape (vmapped, the peak of a 14-member chunk of a short protocol: docs/performance.md#memory)."""
     mapped = tuple(i for i, axis in enumerate(in_axes) if axis == 0)
@@ -494,7 +496,7 @@ def member_by_member(fn: Callable, in_axes: tuple) -> Callable:
                 full[i] = value
             return fn(*full)
 
-        return jax.lax.map(one, tuple(args[i] for i in mapped))
+        return map_in_blocks(one, tuple(args[i] for i in mapped), 1)
 
     return over_members
 

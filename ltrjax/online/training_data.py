@@ -55,7 +55,8 @@ def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], en
 
 def member_splits(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, n_members: int,
                   min_impressions: float, keys=None, limit: int | None = None) -> list[tuple[dict, dict]]:
-    """Per member of a population (``counters``/``entered`` with a leading member axis): its (training,
+    """Per member of a population (``counters``/``entered`` with a leading member axis, or the simulator's
+    ``MemberViews``, read with ``member``): its (training,
     validation) documents, as ``collect_documents`` gathers them. With ``limit``, at most that many per
     split, the subset ``fit_members`` would draw with member ``keys`` (so the counters of documents it
     would drop are never gathered)."""
