@@ -262,37 +262,63 @@ def ratio(a, b):
 PREPARE_REPEATS = 20
 
 
-def prepare_program(policy, data, members: int):
+def prepare_program(policy, data, members: int, states=None):
     """(compiled function, its arguments) of the per-segment ``prepare`` of ``members`` members over every bucket
     (``policy.prepare_population``; EBRank's prior alpha in member blocks). The buckets are arguments, as in the
-    segment program, not constants folded into the program."""
+    segment program, not constants folded into the program. ``states`` (one member's initial states, every
+    bucket): the program also lays each member's values out in entry order, as ``step.segment_constants`` does."""
     import jax
 
     from ltrjax.online.host_random import prng_key
     from ltrjax.online.policies.base import stack_members
+    from ltrjax.online.step import prepared_in_entry_order
 
     params = stack_members([policy.init(prng_key(i), data) for i in range(members)])
-    fn = jax.jit(lambda p, buckets: [policy.prepare_population(p, b, None) for b in buckets])
-    args = (params, tuple(data.buckets))
+    if states is None:
+        fn = jax.jit(lambda p, buckets: [policy.prepare_population(p, b, None) for b in buckets])
+        args = (params, tuple(data.buckets))
+    else:
+        def laid_out(p, buckets, states):
+            out = []
+            for b, st in zip(buckets, states):
+                prepared = policy.prepare_population(p, b, None)
+                out.append(jax.vmap(lambda a, s, b=b: prepared_in_entry_order(policy, a, b, s))(prepared, st))
+            return out
+
+        fn = jax.jit(laid_out)
+        args = (params, tuple(data.buckets), stack_members([tuple(states)] * members))
     jax.block_until_ready(fn(*args))
     return fn, args
 
 
-def prepare_sharing(policy, data, members: int = 7, repeats: int = PREPARE_REPEATS) -> dict:
-    """Best-of-``repeats`` wall seconds of the per-segment ``prepare`` (``prepare_program``) of ``members`` members
-    and of one, and their ratio (issue 22: <= 2 for 7 members; member by member it would be ~7). Each program is
-    compiled once; the timed calls alternate between the two in this process, so contention hits both alike."""
+def best_seconds(programs: dict, repeats: int) -> dict:
+    """Best-of-``repeats`` wall seconds of each ``(fn, args)`` of ``programs``, the timed calls alternating between
+    them in this process (contention hits all alike)."""
     import jax
 
-    programs = {m: prepare_program(policy, data, m) for m in (1, members)}
     best = {m: float("inf") for m in programs}
     for _ in range(max(1, repeats)):
         for m, (fn, args) in programs.items():
             tic = time.perf_counter()
             jax.block_until_ready(fn(*args))
             best[m] = min(best[m], time.perf_counter() - tic)
-    return {"members": members, "one_member_seconds": best[1], "members_seconds": best[members],
-            "ratio": ratio(best[members], best[1]), "repeats": max(1, repeats)}
+    return best
+
+
+def prepare_sharing(policy, data, members: int = 7, repeats: int = PREPARE_REPEATS, states=None) -> dict:
+    """Best-of-``repeats`` wall seconds of the per-segment ``prepare`` (``prepare_program``) of ``members`` members
+    and of one, and their ratio (issue 22: <= 2 for 7 members; member by member it would be ~7). Each program is
+    compiled once; the timed calls alternate between the two in this process, so contention hits both alike.
+    ``states`` (one member's initial states): also the same with each member's values laid out in entry order
+    (``layout``: what a segment does with them, per member by nature), reported beside the ratio, not in it."""
+    best = best_seconds({m: prepare_program(policy, data, m) for m in (1, members)}, repeats)
+    out = {"members": members, "one_member_seconds": best[1], "members_seconds": best[members],
+           "ratio": ratio(best[members], best[1]), "repeats": max(1, repeats)}
+    if states is not None:
+        laid = best_seconds({m: prepare_program(policy, data, m, states) for m in (1, members)}, repeats)
+        out["with_layout"] = {"one_member_seconds": laid[1], "members_seconds": laid[members],
+                              "ratio": ratio(laid[members], laid[1])}
+    return out
 
 
 def timed(fn, *args, **kwargs):

@@ -37,6 +37,7 @@ def main(argv=None) -> dict:
 
     import jax
 
+    from ltrjax.online.state import kept_counters
     from ltrjax.runner import build_simulator, make_policy, trial_key
 
     cache = use_compilation_cache(args)
@@ -60,7 +61,8 @@ def main(argv=None) -> dict:
         t_run = time.perf_counter() - tic
     warm, main_ = sim.session_counts()
     occupancy = sim.doc_slot_occupancy(policy, [trial_key(cfg, 0)])  # the run's plans again (deterministic)
-    sharing = prepare_sharing(policy, data, members=7)
+    sharing = prepare_sharing(policy, data, members=7,
+                              states=sim.host_init_states(trial_key(cfg, 0), kept_counters(policy.counters_read)))
     timings = {k: float(v) for k, v in result.timings.items()}
     split = {k: timings.get(k, 0.0) for k in ("simulate", "train", "evaluate")}
     out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_,

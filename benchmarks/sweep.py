@@ -80,6 +80,7 @@ def main(argv=None) -> dict:
     import jax
     import numpy as np
 
+    from ltrjax.online.state import kept_counters
     from ltrjax.runner import choose, grid_label, trial_key
 
     if args.smoke:
@@ -143,7 +144,8 @@ def main(argv=None) -> dict:
     values = np.asarray([v for d in diffs.values() for v in d], np.float64)
 
     occupancy = sim.doc_slot_occupancy(policy, keys)  # the population's plans again (deterministic)
-    sharing = prepare_sharing(policy, data, members=7)
+    sharing = prepare_sharing(policy, data, members=7,
+                              states=sim.host_init_states(trial_key(cfg, 0), kept_counters(policy.counters_read)))
     pop_excl = minus(population_seconds, pop_compile.seconds)
     serial_excl = minus(serial_seconds, serial_compile.seconds)
     out = {

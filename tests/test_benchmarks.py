@@ -71,6 +71,9 @@ def assert_work_measures(out):
     sharing = out["alpha_sharing"]
     assert sharing["members"] == 7 and positive(sharing["one_member_seconds"]) and positive(sharing["members_seconds"])
     assert out["alpha_seconds_7_over_1"] == pytest.approx(sharing["members_seconds"] / sharing["one_member_seconds"])
+    laid = sharing["with_layout"]  # the same with each member's alpha laid out in entry order, reported beside it
+    assert positive(laid["one_member_seconds"]) and positive(laid["members_seconds"])
+    assert laid["ratio"] == pytest.approx(laid["members_seconds"] / laid["one_member_seconds"])
 
 
 def test_retrain_smoke(capsys):

@@ -186,7 +186,7 @@ def test_session_and_test_scores(toy, statistic):
     params = policy.init(jax.random.PRNGKey(0), toy)
     bucket = toy.buckets[0]
     counters = _counters(np.random.default_rng(1), bucket.labels.shape)
-    alpha = np.asarray(policy.prepare(params, bucket))
+    alpha = np.asarray(bucket.on_slots(policy.prepare(params, bucket)))  # per document, laid out [Qb, Db]
     assert np.all(alpha > 0) and np.all(np.isfinite(alpha))
     c, n, e = (np.asarray(x) for x in beta_statistics(statistic, counters.clicks, counters.ips_clicks,
                                                        counters.impressions, counters.exposure))

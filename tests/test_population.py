@@ -16,7 +16,7 @@ from ltrjax.online.policies.ebrank import EBRank
 from ltrjax.online.policies.pdgd import PDGD
 from ltrjax.online.policies.ucbrank import UCBRank
 from ltrjax.online.simulator import SPLITS, Simulator, compiled
-from ltrjax.online.state import STAT_NAMES, kept_counters, to_entry_order
+from ltrjax.online.state import STAT_NAMES, documents_in_entry_order, kept_counters, to_entry_order
 from tests import toy_sims
 
 CONFIG = toy_sims.SMALL_CONFIG  # 6 refreshes, 3 models (retrains after segments 1 and 3)
@@ -209,6 +209,26 @@ def test_lane_features_equal_the_entry_order_copy(sim):
         np.testing.assert_array_equal(narrowed, copy[np.asarray(rows)][:, :width])
 
 
+def test_documents_in_entry_order_is_the_slot_by_slot_layout(sim):
+    """``state.documents_in_entry_order`` (per-document values laid out in entry order in one gather, how a
+    ``prepared_per_document`` policy's ``prepare`` output reaches the session step) equals the obvious loop, slot
+    by slot: entry slot j of query q holds the value of document ``doc_row[q, order[q, j]]`` (padded slots the
+    zero row's), the scratch row zeros; and it equals ``to_entry_order(on_slots(values))`` bit for bit."""
+    states = sim.init_states(jax.random.PRNGKey(3))
+    lay_out = jax.jit(documents_in_entry_order)
+    for bucket, state in zip(sim.data.buckets, states):
+        values = np.random.default_rng(1).normal(size=bucket.doc_features.shape[0]).astype(np.float32)
+        got = np.asarray(lay_out(jnp.asarray(values), bucket, state))
+        doc_row, order = np.asarray(bucket.doc_row), np.asarray(state.order)
+        want = np.zeros((bucket.n_queries + 1, bucket.width), np.float32)
+        for q in range(bucket.n_queries):
+            for j in range(bucket.width):
+                want[q, j] = values[doc_row[q, order[q, j]]]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(lambda v, b, s: to_entry_order(b.on_slots(v), s))(
+            jnp.asarray(values), bucket, state)))
+
+
 class CopyingMGD(MGD):
     """MGD as it was: ``prepare`` returned the bucket's features, which every member then copied (the control)."""
 
@@ -362,10 +382,10 @@ def test_block_alpha_is_bit_identical_alone_and_in_any_population(sim, hidden):
     for size in (1, 7, MEMBER_BLOCK, MEMBER_BLOCK + 3):
         order = np.random.RandomState(size).permutation(len(members))[:size]
         got = np.asarray(population(stack([members[i] for i in order])))
-        assert got.shape == (size,) + bucket.labels.shape
+        assert got.shape == (size, bucket.doc_features.shape[0])  # one alpha per document (the zero row last)
         for position, i in enumerate(order):
             np.testing.assert_array_equal(got[position], solo[i], err_msg=f"member {i} at {position} of {size}")
-    plain = np.asarray(policy.model.apply(members[3]["prior"], bucket.features))
+    plain = np.asarray(policy.model.apply(members[3]["prior"], bucket.doc_features))
     np.testing.assert_allclose(solo[3], plain, rtol=1e-5, atol=0)
 
 
@@ -381,7 +401,7 @@ def test_evaluation_reuses_the_segment_prior(sim):
                                                                for i in range(len(keys))])
     prepared = [policy.prepare_population(params, b, None) for b in sim.data.buckets]
     for b, bucket in enumerate(sim.data.buckets):
-        aux = jax.vmap(lambda a, s: to_entry_order(a, s))(prepared[b], states[b])
+        aux = jax.vmap(lambda a, s: to_entry_order(bucket.on_slots(a), s))(prepared[b], states[b])
         args = (sim.protocol, params, (states[b],), (bucket,), (sim.gains[b],), (sim.idcg[b],))  # one bucket
         (recomputed,) = compiled(policy)["evaluate"](*args, (None,))
         (reused,) = compiled(policy)["evaluate"](*args, (aux,))

@@ -813,7 +813,12 @@ class Simulator:
         params = jax.eval_shape(lambda key: policy.init(key, self.data), jax.ShapeDtypeStruct((2,), jnp.uint32))
         total = 0
         for bucket in self.data.buckets:
-            aux = jax.eval_shape(lambda p, b=bucket: policy.prepare(p, b, DocCounters.zeros(b.labels.shape)), params)
+            def laid_out(p, b=bucket):  # the entry-order layout a population stacks (per document: on slots)
+                aux = policy.prepare(p, b, DocCounters.zeros(b.labels.shape))
+                return jax.tree_util.tree_map(lambda a: b.on_slots(a, axis=0), aux) if policy.prepared_per_document \
+                    else aux
+
+            aux = jax.eval_shape(laid_out, params)
             total += sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(aux))
         self._aux_bytes[policy] = total
         return total

@@ -125,6 +125,15 @@ def to_entry_order(values: jax.Array, state: BucketState) -> jax.Array:
     return jnp.concatenate([out, jnp.zeros_like(out[:1])], axis=0)
 
 
+def documents_in_entry_order(values: jax.Array, bucket: Bucket, state: BucketState) -> jax.Array:
+    """Per-document ``values`` ``[Nb+1, ...]`` (the rows of ``bucket.doc_features``) -> ``[Qb+1, Db, ...]`` in entry
+    order, scratch row zero: ``to_entry_order(bucket.on_slots(values, axis=0), state)`` as one gather of values
+    (the entry slots' document rows are gathered first, as int32), bit for bit the same."""
+    rows = jnp.take_along_axis(bucket.doc_row, state.order[: bucket.doc_row.shape[0]], axis=1)  # [Qb, Db]
+    out = jnp.take(values, rows, axis=0)
+    return jnp.concatenate([out, jnp.zeros_like(out[:1])], axis=0)
+
+
 def to_dataset_order(values: jax.Array, state: BucketState) -> jax.Array:
     """``[Qb+1, Db]`` entry-order values -> ``[Qb, Db]`` in dataset order (scratch row dropped)."""
     return jnp.take_along_axis(values[:-1], state.rank[:-1], axis=1)

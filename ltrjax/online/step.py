@@ -22,7 +22,8 @@ from ltrjax import clicks as click_lib
 from ltrjax import metrics
 from ltrjax.data.layout import Bucket
 from ltrjax.online.policies.base import Policy, QueryView
-from ltrjax.online.state import BucketState, DocCounters, counters_in_dataset_order, to_entry_order
+from ltrjax.online.state import (BucketState, DocCounters, counters_in_dataset_order, documents_in_entry_order,
+                                 to_entry_order)
 
 
 CLICK_STREAM = 0x7FFFFFFF  # folded into a session's policy key for its on-device click uniforms
@@ -83,15 +84,25 @@ def policy_key(run_key: jax.Array, session) -> jax.Array:
     return jax.random.fold_in(run_key, session)
 
 
+def prepared_in_entry_order(policy: Policy, prepared, bucket: Bucket, state: BucketState):
+    """The ``prepare`` output laid out ``[Qb+1, Db, ...]`` in entry order (scratch row zero): from dataset order
+    (``to_entry_order``), or from one value per document for a policy with ``prepared_per_document``
+    (``documents_in_entry_order``, one gather)."""
+    if policy.prepared_per_document:
+        return jax.tree_util.tree_map(lambda a: documents_in_entry_order(a, bucket, state), prepared)
+    return jax.tree_util.tree_map(lambda a: to_entry_order(a, state), prepared)
+
+
 def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket: Bucket, gains: jax.Array,
                       idcg: jax.Array, prepared=None) -> SegmentConstants:
     """The frozen per-segment values of one bucket; ``prepare`` sees the counters at the segment start.
-    ``prepared``: the policy's ``prepare`` output (dataset order) when already computed (a population's
-    ``prepare_population``); None: ``prepare`` is called here."""
+    ``prepared``: the policy's ``prepare`` output (dataset order, or per document for a policy with
+    ``prepared_per_document``) when already computed (a population's ``prepare_population``); None: ``prepare`` is
+    called here. Either way it is laid out in entry order (``aux``)."""
     if prepared is None:
         behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
         prepared = policy.prepare(params, bucket, behaviour)
-    aux = jax.tree_util.tree_map(lambda a: to_entry_order(a, state), prepared)
+    aux = prepared_in_entry_order(policy, prepared, bucket, state)
     pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
     return SegmentConstants(aux=aux, hyper=hyper, params=params, gains=to_entry_order(gains, state),
                             labels=to_entry_order(bucket.labels, state), idcg=pad(idcg), n_docs=pad(bucket.n_docs),

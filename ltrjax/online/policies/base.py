@@ -137,6 +137,11 @@ class Policy:
     # ``test_scores`` is ``scores_from_prepared(prepare(params, bucket), counters, warm)``: evaluation after a segment
     # reuses the segment's ``prepare`` output (same frozen parameters) instead of computing it again
     test_from_prepare: bool = False
+    # ``prepare`` returns per-document values ``[Nb+1, ...]`` (one per row of ``bucket.doc_features``, the zero row
+    # last) instead of ``[Qb, Db, ...]``: a population computes them once per document and the simulator lays them
+    # out in entry order in one gather (``state.documents_in_entry_order``); ``bucket.on_slots`` gives the padded
+    # dataset-order layout (``test_scores``)
+    prepared_per_document: bool = False
     # the counters (``STAT_NAMES``) that ``update``/``update_population`` read: a retrain brings only these to the
     # host in dataset order (the others are None), ``impressions`` always (the example filter)
     retrain_counters: tuple[str, ...] = STAT_NAMES
@@ -163,7 +168,8 @@ class Policy:
         return params
 
     def prepare(self, params: Params, bucket: Bucket, behaviour: DocCounters) -> Aux:
-        """Per-document values ``[Qb, Db, ...]`` (dataset order), computed once per segment.
+        """Per-document values ``[Qb, Db, ...]`` (dataset order; ``[Nb+1, ...]`` with ``prepared_per_document``),
+        computed once per segment.
 
         ``behaviour`` holds the bucket's counters ``[Qb, Db]`` (dataset order) as of the segment start:
         the refreshed behaviour features of a policy that freezes them between refreshes. XLA drops

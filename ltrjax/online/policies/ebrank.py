@@ -193,6 +193,7 @@ class EBRank(Policy):
     narrow_rows = True
     trains = True
     test_from_prepare = True
+    prepared_per_document = True
     Hyper = EBRankHyper
     default_fit = DEFAULT_FIT
 
@@ -234,12 +235,13 @@ class EBRank(Policy):
         return block_alpha(self.model, params["prior"], features)
 
     def prepare(self, params, bucket: Bucket, behaviour=None):
-        return bucket.on_slots(self.alpha(params, bucket.doc_features))
+        """alpha of every document of the bucket ``[Nb+1]`` (``prepared_per_document``)."""
+        return self.alpha(params, bucket.doc_features)
 
     def prepare_population(self, params, bucket: Bucket, behaviour=None):
-        """Every member's alpha in member blocks (one product per block over the shared features), once per
-        document, then laid out per ``[query, slot]``."""
-        return bucket.on_slots(self.population_alpha(params, bucket.doc_features))
+        """Every member's alpha ``[P, Nb+1]`` in member blocks (one product per block over the shared features),
+        once per document; the simulator lays each member's out in entry order."""
+        return self.population_alpha(params, bucket.doc_features)
 
     @property
     def retrain_counters(self) -> tuple[str, ...]:
@@ -262,7 +264,7 @@ class EBRank(Policy):
         return r_hat + hyper.epsilon * marginal_certainty(r_hat, alpha, self.beta, e)
 
     def test_scores(self, params, bucket: Bucket, counters: DocCounters, warm: bool):
-        return self.scores_from_prepared(self.prepare(params, bucket), counters, warm)
+        return self.scores_from_prepared(bucket.on_slots(self.prepare(params, bucket)), counters, warm)
 
     def scores_from_prepared(self, alpha, counters: DocCounters, warm: bool):
         """Test scores from alpha and the counters (elementwise, any layout): cold the prior mean
