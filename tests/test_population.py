@@ -98,7 +98,7 @@ def check_population(sim, policy, keys, hypers, solo, max_members=None):
     chunk = sim.chunk_size(len(keys), max_members, policy)
     assert chunk <= (max_members or len(keys))
     assert population[0].timings["members"] == chunk
-    # at most the chunk's own shape per segment width (step.narrow_segment), never the short one
+    # at most the chunk's own shape per segment width (step.scan_segment), never the short one
     assert programs._cache_size() - before <= (chunk != 1) * sim.width_shapes()
 
 
@@ -334,7 +334,7 @@ def test_test_only_history_equals_evaluating_every_split(sim, ebrank):
 
 def test_narrowed_rows_equal_full_rows():
     """A policy with ``narrow_rows`` advances only the entry slots documents can reach in the run
-    (``step.narrow_segment``): the same run with every slot gives the same sessions, counters and metrics (the
+    (``step.scan_segment``): the same run with every slot gives the same sessions, counters and metrics (the
     narrowed run is tests/toy_sims.py's, which tests/test_padding.py reads too)."""
     sim = toy_sims.wide_sim()
     data = sim.data

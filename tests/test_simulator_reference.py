@@ -183,14 +183,15 @@ def test_session_step_equals_reference(setup, make_policy):
     else:
         make = lambda draws: random_k_scorer(keys.run, draws, inputs["width"])  # noqa: E731
 
-    consts = step_lib.segment_constants(policy, params, hyper, state, bucket, sim.gains[b], sim.idcg[b])
+    consts = step_lib.segment_constants(policy, params, hyper, state, bucket)
+    queries = step_lib.query_constants(bucket, sim.gains[b], sim.idcg[b])
     step = jax.jit(step_lib.session_step, static_argnums=0)
     untouched = np.setdiff1d(np.arange(bucket.n_queries), rows_used)
     before = jax.device_get(state)
     for t in range(n_steps):
         x = step_lib.SessionInputs(rows=rows[t], enter=enter[t], session=session[t], uniforms=uniforms[t],
                                    valid=valid[t])
-        state, out = step(policy, sim.protocol, consts, state, x, keys.run)
+        state, out = step(policy, sim.protocol, consts, queries, state, x, keys.run)
         out = jax.device_get(out)
         lanes = np.flatnonzero(valid[t])
         draws = SessionDraws(query=query_index[rows[t, lanes]], enter=enter[t, lanes], session=session[t, lanes])

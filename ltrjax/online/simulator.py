@@ -986,7 +986,7 @@ class Simulator:
         any query can fill by the segment's end in these sessions (each trial's phase): the most initial documents
         plus the most entering sessions of one query so far, at least K (``reachable_widths``), on the
         ``width_ladder`` (few shapes to compile), at most the bucket's width. A segment scans only these slots
-        (``step.narrow_segment``). Like the step count, the widths are remembered per segment count and only ever
+        (``step.scan_segment``). Like the step count, the widths are remembered per segment count and only ever
         grow, so later trials reuse the compiled shapes unless their draws need wider rows. With
         ``sim.segment_widths=phase`` (the default) every segment gets the phase's ``reachable_widths`` instead (one
         program); with ``classes`` every segment gets per bucket the class widths (``class_rungs``) up to the

@@ -46,16 +46,31 @@ class Protocol:
 
 @struct.dataclass
 class SegmentConstants:
-    """Per-bucket values frozen for a segment, in entry order with one scratch row (``[Qb+1, Db, ...]``)."""
+    """One member's per-bucket values frozen for a segment, in entry order with one scratch row
+    (``[Qb+1, Db, ...]``)."""
 
     aux: Any  # the policy's ``prepare`` output
     hyper: Any  # the policy's typed hyper-parameters (``Policy.Hyper``)
     params: Any  # the policy's frozen parameters
+    order: jax.Array  # i32 [Qb+1, Db] entry slot -> dataset slot
+
+
+@struct.dataclass
+class QueryConstants:
+    """One bucket's per-query values that every member shares, in dataset order with one zero scratch row (idle
+    lanes read row ``Qb``): the session step reads the shown documents' gains and labels through the member's
+    ``order``, so no member holds an entry-order copy of them."""
+
     gains: jax.Array  # f32 [Qb+1, Db] relevance R used for NDCG and clicks
     labels: jax.Array  # i32 [Qb+1, Db]
     idcg: jax.Array  # f32 [Qb+1]
     n_docs: jax.Array  # i32 [Qb+1] documents per query (0 for the scratch row)
-    order: jax.Array  # i32 [Qb+1, Db] entry slot -> dataset slot
+
+
+def query_constants(bucket: Bucket, gains: jax.Array, idcg: jax.Array) -> QueryConstants:
+    """The bucket's ``QueryConstants``: its gains, labels, ideal DCGs and document counts with a zero row."""
+    pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
+    return QueryConstants(gains=pad(gains), labels=pad(bucket.labels), idcg=pad(idcg), n_docs=pad(bucket.n_docs))
 
 
 @struct.dataclass
@@ -93,8 +108,8 @@ def prepared_in_entry_order(policy: Policy, prepared, bucket: Bucket, state: Buc
     return jax.tree_util.tree_map(lambda a: to_entry_order(a, state), prepared)
 
 
-def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket: Bucket, gains: jax.Array,
-                      idcg: jax.Array, prepared=None) -> SegmentConstants:
+def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket: Bucket,
+                      prepared=None) -> SegmentConstants:
     """The frozen per-segment values of one bucket; ``prepare`` sees the counters at the segment start.
     ``prepared``: the policy's ``prepare`` output (dataset order, or per document for a policy with
     ``prepared_per_document``) when already computed (a population's ``prepare_population``); None: ``prepare`` is
@@ -103,10 +118,7 @@ def segment_constants(policy: Policy, params, hyper, state: BucketState, bucket:
         behaviour = counters_in_dataset_order(state)  # dropped by XLA unless the policy reads it
         prepared = policy.prepare(params, bucket, behaviour)
     aux = prepared_in_entry_order(policy, prepared, bucket, state)
-    pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
-    return SegmentConstants(aux=aux, hyper=hyper, params=params, gains=to_entry_order(gains, state),
-                            labels=to_entry_order(bucket.labels, state), idcg=pad(idcg), n_docs=pad(bucket.n_docs),
-                            order=state.order)
+    return SegmentConstants(aux=aux, hyper=hyper, params=params, order=state.order)
 
 
 def rank_session(policy: Policy, protocol: Protocol, view: QueryView, n_docs, enter, session, valid, run_key):
@@ -143,14 +155,15 @@ def lane_features(bucket: Bucket | None, order: jax.Array, rows: jax.Array) -> j
     return bucket.doc_features[jnp.where((rows < n_queries)[:, None], doc_rows, zero_row)]
 
 
-def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
-                 inputs: SessionInputs, run_key: jax.Array, features: Bucket | None = None,
+def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, queries: QueryConstants,
+                 state: BucketState, inputs: SessionInputs, run_key: jax.Array, features: Bucket | None = None,
                  width: int | None = None) -> tuple[BucketState, SessionOutputs]:
     """Advance every lane of one bucket by one session: state in, state out.
 
     Lanes never share a query within a step (``schedule.lane_schedule``), so their counter updates
     are one scatter per counter without conflicts; idle lanes write into the scratch row. Only the
-    shown documents' gains and labels are gathered (``[lanes, K]``), never whole rows. ``features``
+    shown documents' gains and labels are gathered (``[lanes, K]``, from the shared ``queries`` through the
+    member's entry order), never whole rows. ``features``
     (the bucket, whose per-document features are one copy for all members) reaches the policy as
     ``QueryView.features``, gathered per lane only if the policy reads it. ``width``: the lanes see only the
     first ``width`` entry slots of their rows (a width class, ``population_class_segment``; None: whole rows).
@@ -169,18 +182,19 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
     view_axes = QueryView(aux=0, hyper=None, params=None, counters=0, n_entered=0, issue_count=0,
                           features=None if features is None else 0)
     rank = jax.vmap(functools.partial(rank_session, policy, protocol), in_axes=(view_axes, 0, 0, 0, 0, None))
-    n_new, keys, scores, shown, slot_valid = rank(view, consts.n_docs[rows], inputs.enter, inputs.session,
+    n_new, keys, scores, shown, slot_valid = rank(view, queries.n_docs[rows], inputs.enter, inputs.session,
                                                   inputs.valid, run_key)
     new_view = view._replace(n_entered=n_new, issue_count=view.issue_count + inputs.valid)  # as the policy saw it
     on = slot_valid & inputs.valid[:, None]
-    gains = consts.gains[rows[:, None], shown]  # [lanes, K]
-    labels = consts.labels[rows[:, None], shown]
+    shown_slots = consts.order[rows[:, None], shown]  # [lanes, K] dataset slots (the scratch row's are 0)
+    gains = queries.gains[rows[:, None], shown_slots]
+    labels = queries.labels[rows[:, None], shown_slots]
     uniforms = inputs.uniforms
     if protocol.device_rng:
         uniforms = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, CLICK_STREAM),
                                                          (protocol.uniform_rows, protocol.top_k)))(keys)
     clicked = click_lib.sample_clicks(protocol.click_model, uniforms, gains, labels, on)
-    ndcg = metrics.ndcg_of_shown_gains(gains, slot_valid, consts.idcg[rows], protocol.discount)
+    ndcg = metrics.ndcg_of_shown_gains(gains, slot_valid, queries.idcg[rows], protocol.discount)
     record = jax.vmap(policy.session_record, in_axes=(view_axes, 0, 0, 0, 0, 0))(
         new_view, keys, scores, shown, on, clicked)
 
@@ -201,69 +215,46 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, s
         entry_session=state.entry_session.at[rows, slot].set(
             jnp.where(entered_now, inputs.session, state.entry_session[rows, slot])),
     )
-    shown_docs = jnp.where(on, consts.order[rows[:, None], shown], -1)
+    shown_docs = jnp.where(on, shown_slots, -1)
     return state, SessionOutputs(ndcg=ndcg, shown=shown_docs, clicks=clicked, record=record)
 
 
-def _scan_body(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...], run_key: jax.Array,
-               features: tuple, states: tuple[BucketState, ...], inputs: tuple[SessionInputs, ...]):
+def _scan_body(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...],
+               queries: tuple[QueryConstants, ...], run_key: jax.Array, features: tuple, widths: tuple,
+               states: tuple[BucketState, ...], inputs: tuple[SessionInputs, ...]):
     """One scan step: every bucket's lanes advance by one session."""
-    out = [session_step(policy, protocol, c, s, x, run_key, f) for c, s, x, f in zip(consts, states, inputs, features)]
+    out = [session_step(policy, protocol, c, q, s, x, run_key, f, w)
+           for c, q, s, x, f, w in zip(consts, queries, states, inputs, features, widths)]
     return tuple(o[0] for o in out), tuple(o[1] for o in out)
 
 
 def all_segment_constants(policy: Policy, params, hyper, states: tuple[BucketState, ...],
-                          buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...],
-                          idcg: tuple[jax.Array, ...], prepared: tuple | None = None) -> tuple[SegmentConstants, ...]:
+                          buckets: tuple[Bucket, ...], prepared: tuple | None = None) -> tuple[SegmentConstants, ...]:
     """``segment_constants`` of every bucket (``prepared``: per bucket the ``prepare`` output, or None)."""
     prepared = prepared if prepared is not None else (None,) * len(states)
-    return tuple(segment_constants(policy, params, hyper, s, b, g, i, p)
-                 for s, b, g, i, p in zip(states, buckets, gains, idcg, prepared))
+    return tuple(segment_constants(policy, params, hyper, s, b, p) for s, b, p in zip(states, buckets, prepared))
 
 
 def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConstants, ...],
                  states: tuple[BucketState, ...], schedules: tuple[SessionInputs, ...], run_key: jax.Array,
-                 features: tuple | None = None):
+                 queries: tuple[QueryConstants, ...], features: tuple | None = None, widths: tuple | None = None):
     """The segment's ``lax.scan``: every step advances the lanes of every bucket by one session.
 
     ``schedules[b]`` holds ``[steps, lanes, ...]`` inputs; returns the new states and per-step outputs.
-    ``features[b]``: bucket b, whose document features the lanes read (``session_step``; None: not offered).
-    """
-    features = features if features is not None else (None,) * len(states)
-    body = functools.partial(_scan_body, policy, protocol, consts, run_key, tuple(features))
-    return jax.lax.scan(body, tuple(states), tuple(schedules))
-
-
-def _narrow(a: jax.Array, width: int) -> jax.Array:
-    """The first ``width`` entry slots of member-leading ``[P, Qb+1, Db, ...]`` values."""
-    return jax.lax.slice_in_dim(a, 0, width, axis=2)
-
-
-def narrow_segment(consts: SegmentConstants, state: BucketState, width: int | None
-                   ) -> tuple[SegmentConstants, BucketState]:
-    """The segment's constants and state restricted to the first ``width`` entry slots (None: all).
+    ``queries[b]``: bucket b's shared ``QueryConstants``. ``features[b]``: bucket b, whose document features the
+    lanes read (``session_step``; None: not offered). ``widths[b]``: the entry slots bucket b's lanes see
+    (``session_step``'s ``width``; None: whole rows).
 
     Documents enter in entry order, so a query's entered documents are always its first ``n_entered`` slots;
-    when no query can have more than ``width`` entered by the end of the run, the slots beyond never score,
-    show or count, and the session step may skip them (a policy with ``narrow_rows``)."""
-    if width is None:
-        return consts, state
-    consts = consts.replace(aux=jax.tree_util.tree_map(lambda a: _narrow(a, width), consts.aux),
-                            gains=_narrow(consts.gains, width), labels=_narrow(consts.labels, width),
-                            order=_narrow(consts.order, width))
-    state = state.replace(counters=jax.tree_util.tree_map(lambda a: _narrow(a, width), state.counters),
-                          entry_session=_narrow(state.entry_session, width), order=_narrow(state.order, width))
-    return consts, state
-
-
-def widen_state(full: BucketState, narrow: BucketState, width: int | None) -> BucketState:
-    """``full`` with the slots a narrowed segment advanced (``narrow_segment``) written back."""
-    if width is None:
-        return narrow
-    put = lambda f, n: f.at[:, :, :width].set(n)  # noqa: E731
-    return full.replace(counters=jax.tree_util.tree_map(put, full.counters, narrow.counters),
-                        entry_session=put(full.entry_session, narrow.entry_session),
-                        n_entered=narrow.n_entered, issue_count=narrow.issue_count)
+    when no query can have more than ``width`` entered by the end of the run, the slots beyond never score, show
+    or count, and the session step may skip them (a policy with ``narrow_rows``): it reads only a row's first
+    ``width`` slots and writes the shown ones, so the state is carried whole and never copied narrower.
+    """
+    features = features if features is not None else (None,) * len(states)
+    widths = widths if widths is not None else (None,) * len(states)
+    body = functools.partial(_scan_body, policy, protocol, consts, tuple(queries), run_key, tuple(features),
+                             tuple(widths))
+    return jax.lax.scan(body, tuple(states), tuple(schedules))
 
 
 def population_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
@@ -275,31 +266,31 @@ def population_segment(policy: Policy, protocol: Protocol, params, hyper, states
     member exactly as in a population of one (member by member by default; EBRank in fixed member blocks that
     read the features once per block); the rest of the constants, the session scan, elementwise and
     gather/scatter work that rounds the same way batched or not, is ``vmap``ped. ``widths`` (static, per bucket;
-    None: full rows) restricts the scan to the entry slots documents can reach in this run (``narrow_segment``).
+    None: full rows) restricts the scan to the entry slots documents can reach in this run (``scan_segment``).
 
     Returns (new states, per-step outputs, prepared): ``prepared`` is per bucket the segment's ``prepare`` output
     in entry order ``[P, Qb+1, Db]`` for a policy with ``test_from_prepare`` (evaluation reuses it), else None.
     """
     behaviour = tuple(jax.vmap(counters_in_dataset_order)(s) for s in states)  # dropped unless read
     prepared = tuple(policy.prepare_population(params, b, h) for b, h in zip(buckets, behaviour))
-    consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, gains, idcg, a))(
+    consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, a))(
         params, hyper, tuple(states), prepared)
-    widths = widths or (None,) * len(states)
-    narrowed = [narrow_segment(c, s, w) for c, s, w in zip(consts, states, widths)]
-    # the features are closed over, not mapped: one dataset-order copy serves every member (``lane_features``)
-    scan = functools.partial(scan_segment, policy, protocol, features=tuple(buckets))
-    new, ys = jax.vmap(scan)(tuple(c for c, _ in narrowed), tuple(s for _, s in narrowed), tuple(schedules), run_keys)
+    # the per-query constants and the features are closed over, not mapped: one dataset-order copy serves every
+    # member (``session_step``, ``lane_features``)
+    queries = tuple(query_constants(b, g, i) for b, g, i in zip(buckets, gains, idcg))
+    scan = functools.partial(scan_segment, policy, protocol, queries=queries, features=tuple(buckets), widths=widths)
+    new, ys = jax.vmap(scan)(tuple(consts), tuple(states), tuple(schedules), run_keys)
     aux = tuple(c.aux for c in consts) if policy.test_from_prepare else None
-    return tuple(widen_state(f, n, w) for f, n, w in zip(states, new, widths)), ys, aux
+    return tuple(new), ys, aux
 
 
 def class_loop(policy: Policy, protocol: Protocol, consts: SegmentConstants, state: BucketState,
-               schedule: SessionInputs, run_key: jax.Array, bounds: jax.Array, features: Bucket | None,
-               widths: tuple):
+               schedule: SessionInputs, run_key: jax.Array, bounds: jax.Array, queries: QueryConstants,
+               features: Bucket | None, widths: tuple):
     """One member's bucket through a segment planned in width classes: steps ``bounds[c]`` to ``bounds[c+1]`` of
     ``schedule`` (``[steps, lanes, ...]``) run with width ``widths[c]`` (None: whole rows). The bounds are traced
     (one program serves every segment); steps past ``bounds[-1]`` are not run and output zeros."""
-    step = functools.partial(session_step, policy, protocol, consts, run_key=run_key, features=features)
+    step = functools.partial(session_step, policy, protocol, consts, queries, run_key=run_key, features=features)
     first = jax.tree_util.tree_map(lambda a: a[0], schedule)
     shapes = jax.eval_shape(lambda s, x: step(s, x, width=widths[-1])[1], state, first)
     n_steps = jax.tree_util.tree_leaves(schedule)[0].shape[0]
@@ -323,11 +314,12 @@ def population_class_segment(policy: Policy, protocol: Protocol, params, hyper, 
     own loop. Queries never share state within a segment, so the order of classes and buckets changes nothing."""
     behaviour = tuple(jax.vmap(counters_in_dataset_order)(s) for s in states)  # dropped unless read
     prepared = tuple(policy.prepare_population(params, b, h) for b, h in zip(buckets, behaviour))
-    consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, gains, idcg, a))(
+    consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, a))(
         params, hyper, tuple(states), prepared)
     new, ys = [], []
-    for c, s, x, bnd, bucket, w in zip(consts, states, schedules, bounds, buckets, widths):
-        loop = functools.partial(class_loop, policy, protocol, features=bucket, widths=w)
+    for c, s, x, bnd, bucket, g, i, w in zip(consts, states, schedules, bounds, buckets, gains, idcg, widths):
+        loop = functools.partial(class_loop, policy, protocol, queries=query_constants(bucket, g, i), features=bucket,
+                                 widths=w)
         st, y = jax.vmap(loop, in_axes=(0, 0, 0, 0, None))(c, s, x, run_keys, bnd)
         new.append(st)
         ys.append(y)

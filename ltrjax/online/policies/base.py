@@ -132,7 +132,7 @@ class Policy:
     trains: bool = False
     Hyper: type = NoHyper  # the typed traced hyper-parameters
     # a document's session score and record depend on its own slot only (no random draw over the whole row):
-    # the simulator may then skip the entry slots no document can reach in a run (step.narrow_segment)
+    # the simulator may then skip the entry slots no document can reach in a run (step.scan_segment)
     narrow_rows: bool = False
     # ``test_scores`` is ``scores_from_prepared(prepare(params, bucket), counters, warm)``: evaluation after a segment
     # reuses the segment's ``prepare`` output (same frozen parameters) instead of computing it again
