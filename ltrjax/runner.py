@@ -192,9 +192,10 @@ def build_simulator(run: ResolvedRun, data, **sim_overrides) -> Simulator:
     if warmup is None and sim_cfg.warmup_sessions_per_query:
         log.info("dataset %s has no BM25 feature (dataset.bm25_feature) and no dataset.warmup_feature: the warm-up "
                  "phase is skipped", data.name)
-    budget_gb = run.population.memory_gb
+    budget_gb, state_gb = run.population.memory_gb, run.population.cpu_state_gb
     return Simulator(data, click_model, sim_cfg, warmup_policy=warmup, max_members=run.population.max_members,
-                     memory_budget=int(float(budget_gb) * (1 << 30)) if budget_gb else None)
+                     memory_budget=int(float(budget_gb) * (1 << 30)) if budget_gb else None,
+                     state_budget=int(float(state_gb) * (1 << 30)) if state_gb else None)
 
 
 def run_header(run: ResolvedRun, sim: Simulator, queryset: QuerySet | None) -> dict:

@@ -64,6 +64,9 @@ class PopulationConfig:
 
     max_members: PositiveInt | None = None  # cap on members per compiled chunk (null: as many as fit)
     memory_gb: Positive | None = None  # memory budget of one chunk (null: simulator.memory_budget_default)
+    # on a CPU, the most member state (counters, order, rank, entry sessions) one chunk holds, GiB (null: no cap):
+    # larger chunks ran no faster at MSLR-30K shape, their memory grew (docs/results/chunk_size_mslr/)
+    cpu_state_gb: Positive | None = 1.5
 
 
 @dataclasses.dataclass(frozen=True)

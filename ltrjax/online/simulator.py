@@ -598,12 +598,15 @@ class Simulator:
     split into chunks of at most that many); by default the chunk is as large as fits into
     ``memory_budget`` bytes (``memory_budget_default``: half the memory still available when the simulator is
     built, so after the data — the host's, and on a GPU the smaller of it and the GPU's), estimated from the state
-    and per-segment sizes. ``config.click_rng="auto"`` is resolved for JAX's backend (``SimConfig.resolved``).
+    and per-segment sizes. On a CPU, ``state_budget`` bytes (None: no cap) also cap the members' state one chunk
+    holds (``state_bytes``): beyond about a gigabyte of it a chunk of MSLR-30K-shaped EBRank members ran no faster
+    on a 2-core CPU while its memory grew with every member (docs/results/chunk_size_mslr/). ``config.click_rng="auto"``
+    is resolved for JAX's backend (``SimConfig.resolved``).
     """
 
     def __init__(self, data: PaddedDataset, click_model: click_lib.ClickModel, config: SimConfig,
                  warmup_policy: Policy | None = None, max_members: int | None = None,
-                 memory_budget: int | None = None):
+                 memory_budget: int | None = None, state_budget: int | None = None):
         if click_model.n_positions < config.top_k:
             raise ValueError(f"click model has {click_model.n_positions} positions, top_k is {config.top_k}")
         if max_members is not None and int(max_members) < 1:
@@ -614,6 +617,7 @@ class Simulator:
         self.warmup_policy = warmup_policy
         self.max_members = None if max_members is None else int(max_members)
         self.memory_budget = int(memory_budget) if memory_budget else memory_budget_default()
+        self.state_budget = int(state_budget) if state_budget and jax.default_backend() == "cpu" else None
         self.discount = ndcg_discount(config, click_model)
         self.uniform_rows = 2 if click_model.kind == "cascade" else 1
         self.protocol = step_lib.Protocol(click_model=click_model, discount=self.discount, top_k=config.top_k,
@@ -829,8 +833,7 @@ class Simulator:
         k = self.config.top_k
         n_main = self.session_counts()[1]
         per_segment = n_main / max(self.config.n_segments, 1)
-        planes = len(kept_counters(policy.counters_read)) if policy is not None else len(STAT_NAMES)
-        state = sum(b.n_queries * b.width * (planes + 3) * 4 for b in self.data.buckets)
+        state = self.state_bytes(policy)
         steps = max(self._steps.get("main", 0), int(per_segment / max(sum(self.n_lanes), 1)) + 1)
         segment = sum(steps * lanes * (4 * self.uniform_rows * k + 16 + 4 + 5 * k) for lanes in self.n_lanes)
         # x4.5: calibrated on synthetic_mslr30k at 3,000 queries (1 vs 7 EBRank members: 108 MB more per member,
@@ -838,12 +841,21 @@ class Simulator:
         aux = 2 * self.aux_bytes(policy) if policy is not None else 0
         return int(4.5 * (state + segment) + 64 * per_segment) + aux
 
+    def state_bytes(self, policy: Policy | None = None) -> int:
+        """One member's ``BucketState`` bytes over every bucket: the counters the policy keeps (all six without
+        a policy) and the order, rank and entry-session planes, 4 bytes per ``[query, slot]``."""
+        planes = len(kept_counters(policy.counters_read)) if policy is not None else len(STAT_NAMES)
+        return sum(b.n_queries * b.width * (planes + 3) * 4 for b in self.data.buckets)
+
     def chunk_size(self, n_members: int, max_members: int | None = None, policy: Policy | None = None) -> int:
-        """Members per compiled chunk: within the cap and the memory budget (``member_bytes``, with the policy's
-        per-member values when it is given), and balanced, so the padded last chunk wastes at most one member per
-        chunk (21 members that fit 13 at a time run as 11 + 10, not 13 + 8 padded to 13)."""
+        """Members per compiled chunk: within the cap, the memory budget (``member_bytes``, with the policy's
+        per-member values when it is given) and, on a CPU, the state budget (``state_bytes``), and balanced, so the
+        padded last chunk wastes at most one member per chunk (21 members that fit 13 at a time run as 11 + 10,
+        not 13 + 8 padded to 13)."""
         cap = max_members or self.max_members or n_members
         fits = max(1, self.memory_budget // max(self.member_bytes(policy), 1))
+        if self.state_budget is not None:
+            fits = min(fits, max(1, self.state_budget // max(self.state_bytes(policy), 1)))
         most = int(max(1, min(n_members, cap, fits)))
         n_chunks = -(-n_members // most)
         return -(-n_members // n_chunks)
@@ -903,9 +915,11 @@ class Simulator:
         refuse one whose smallest chunk does not fit (``check_fits``)."""
         per_member = self.check_fits(policy)
         n_chunks = -(-n_members // size)
-        log.info("%s: %d members in %d chunk%s of %d; about %s per member, %s per chunk (budget %s)", policy.name,
+        state = (f"; state {size_text(self.state_bytes(policy))} per member (CPU chunk state budget "
+                 f"{size_text(self.state_budget)})" if self.state_budget is not None else "")
+        log.info("%s: %d members in %d chunk%s of %d; about %s per member, %s per chunk (budget %s)%s", policy.name,
                  n_members, n_chunks, "" if n_chunks == 1 else "s", size, size_text(per_member),
-                 size_text(per_member * size), size_text(self.memory_budget))
+                 size_text(per_member * size), size_text(self.memory_budget), state)
 
     def simulate_frozen(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None,
                         n_sessions: int | None = None) -> tuple[list[BucketState], int]:
