@@ -166,7 +166,8 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, q
     member's entry order), never whole rows. ``features``
     (the bucket, whose per-document features are one copy for all members) reaches the policy as
     ``QueryView.features``, gathered per lane only if the policy reads it. ``width``: the lanes see only the
-    first ``width`` entry slots of their rows (a width class, ``population_class_segment``; None: whole rows).
+    first ``width`` entry slots of their rows (the slots a run can reach, ``scan_segment``, or a width class,
+    ``population_class_segment``; None: whole rows); the state stays whole and only shown slots are written.
     """
     rows = inputs.rows
     view = QueryView(
