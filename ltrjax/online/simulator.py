@@ -625,6 +625,8 @@ class Simulator:
         self.gains, self.idcg = bucket_gains(tuple(b.labels for b in data.buckets),
                                              tuple(b.doc_mask for b in data.buckets), self.discount, data.y_max,
                                              config.relevance, config.relevance_eps_min)
+        # the same padded with a zero scratch row, as the session step reads them (``step.QueryConstants``): once
+        self.queries = tuple(step_lib.query_constants(b, g, i) for b, g, i in zip(data.buckets, self.gains, self.idcg))
         self.docs_per_query = np.zeros(data.n_queries, np.int64)  # documents of every query (dataset order)
         for b in data.buckets:
             self.docs_per_query[np.asarray(b.query_index)] = np.asarray(b.n_docs)
@@ -1122,11 +1124,11 @@ class Simulator:
             widths = (segment.widths if policy.narrow_rows
                       else tuple((None,) * len(w) for w in segment.widths))
             return compiled(policy)["class_segment"](self.protocol, params, hyper, self._shard(tuple(states)),
-                                                     self.data.buckets, self.gains, self.idcg, segment.schedules,
+                                                     self.data.buckets, self.queries, segment.schedules,
                                                      segment.keys, segment.bounds, widths=widths)
         widths = segment.widths if policy.narrow_rows else None
         return compiled(policy)["segment"](self.protocol, params, hyper, self._shard(tuple(states)),
-                                           self.data.buckets, self.gains, self.idcg, segment.schedules, segment.keys,
+                                           self.data.buckets, self.queries, segment.schedules, segment.keys,
                                            widths=widths)
 
     def _collect(self, ys, segment: PreparedSegment):

@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from ltrjax import clicks as click_lib
@@ -68,8 +69,12 @@ class QueryConstants:
 
 
 def query_constants(bucket: Bucket, gains: jax.Array, idcg: jax.Array) -> QueryConstants:
-    """The bucket's ``QueryConstants``: its gains, labels, ideal DCGs and document counts with a zero row."""
-    pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])  # noqa: E731
+    """The bucket's ``QueryConstants``: its gains, labels, ideal DCGs and document counts with a zero row. Built
+    once per simulator, on the host (NumPy, then one device copy each: no program to compile)."""
+    def pad(a):
+        a = np.asarray(a)
+        return jnp.asarray(np.concatenate([a, np.zeros((1,) + a.shape[1:], a.dtype)]))
+
     return QueryConstants(gains=pad(gains), labels=pad(bucket.labels), idcg=pad(idcg), n_docs=pad(bucket.n_docs))
 
 
@@ -259,7 +264,7 @@ def scan_segment(policy: Policy, protocol: Protocol, consts: tuple[SegmentConsta
 
 
 def population_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
-                       buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
+                       buckets: tuple[Bucket, ...], queries: tuple[QueryConstants, ...],
                        schedules: tuple[SessionInputs, ...], run_keys: jax.Array, widths: tuple | None = None):
     """One segment of a population (leading member axis on params, hyper, states, schedules, run_keys).
 
@@ -276,10 +281,10 @@ def population_segment(policy: Policy, protocol: Protocol, params, hyper, states
     prepared = tuple(policy.prepare_population(params, b, h) for b, h in zip(buckets, behaviour))
     consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, a))(
         params, hyper, tuple(states), prepared)
-    # the per-query constants and the features are closed over, not mapped: one dataset-order copy serves every
-    # member (``session_step``, ``lane_features``)
-    queries = tuple(query_constants(b, g, i) for b, g, i in zip(buckets, gains, idcg))
-    scan = functools.partial(scan_segment, policy, protocol, queries=queries, features=tuple(buckets), widths=widths)
+    # the per-query constants (``queries[b]``: bucket b's ``QueryConstants``) and the features are closed over, not
+    # mapped: one dataset-order copy serves every member (``session_step``, ``lane_features``)
+    scan = functools.partial(scan_segment, policy, protocol, queries=tuple(queries), features=tuple(buckets),
+                             widths=widths)
     new, ys = jax.vmap(scan)(tuple(consts), tuple(states), tuple(schedules), run_keys)
     aux = tuple(c.aux for c in consts) if policy.test_from_prepare else None
     return tuple(new), ys, aux
@@ -306,7 +311,7 @@ def class_loop(policy: Policy, protocol: Protocol, consts: SegmentConstants, sta
 
 
 def population_class_segment(policy: Policy, protocol: Protocol, params, hyper, states: tuple[BucketState, ...],
-                             buckets: tuple[Bucket, ...], gains: tuple[jax.Array, ...], idcg: tuple[jax.Array, ...],
+                             buckets: tuple[Bucket, ...], queries: tuple[QueryConstants, ...],
                              schedules: tuple[SessionInputs, ...], run_keys: jax.Array, bounds: tuple,
                              widths: tuple):
     """``population_segment`` for a segment planned in width classes (``sim.segment_widths=classes``): per bucket,
@@ -318,9 +323,8 @@ def population_class_segment(policy: Policy, protocol: Protocol, params, hyper, 
     consts = jax.vmap(lambda p, h, s, a: all_segment_constants(policy, p, h, s, buckets, a))(
         params, hyper, tuple(states), prepared)
     new, ys = [], []
-    for c, s, x, bnd, bucket, g, i, w in zip(consts, states, schedules, bounds, buckets, gains, idcg, widths):
-        loop = functools.partial(class_loop, policy, protocol, queries=query_constants(bucket, g, i), features=bucket,
-                                 widths=w)
+    for c, s, x, bnd, bucket, q, w in zip(consts, states, schedules, bounds, buckets, queries, widths):
+        loop = functools.partial(class_loop, policy, protocol, queries=q, features=bucket, widths=w)
         st, y = jax.vmap(loop, in_axes=(0, 0, 0, 0, None))(c, s, x, run_keys, bnd)
         new.append(st)
         ys.append(y)
