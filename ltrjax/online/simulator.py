@@ -831,7 +831,8 @@ class Simulator:
 
     def member_bytes(self, policy: Policy | None = None) -> int:
         """A rough upper bound of the memory one member needs (state, one segment's inputs and outputs, and,
-        given the policy, twice its ``prepare`` output: the stacked entry-order copy and its narrowed one)."""
+        given the policy, twice its ``prepare`` output: the stacked entry-order copy the scan reads and the one the
+        segment returns for evaluation, or the values it was laid out from)."""
         k = self.config.top_k
         n_main = self.session_counts()[1]
         per_segment = n_main / max(self.config.n_segments, 1)
