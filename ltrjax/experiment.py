@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 
@@ -67,10 +68,14 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
     the experiment; returns its objective. ``overrides`` are the command line's (``validate`` refuses groups the
     experiment does not read); relative data paths are taken from ``cwd`` (default: the working directory)."""
     from ltrjax.data.registry import load_dataset
-    from ltrjax.record import hold_run_folder
+    from ltrjax.record import ONLINE_KINDS, hold_run_folder
 
     run = resolve(cfg, overrides, cwd=cwd or Path.cwd())
     out_dir = Path(out_dir)
+    # the run's modules (matplotlib's C extensions among them) are imported before the folder is held: a Ctrl-C that
+    # lands inside an extension's initialisation aborts the interpreter, and once the folder is held an interrupt
+    # must end in the resume message (tests/test_run_record.py::test_ctrl_c_says_how_to_resume)
+    importlib.import_module("ltrjax.runner" if run.kind in ONLINE_KINDS else "ltrjax.offline_runner")
     with hold_run_folder(out_dir):
         check_run_folder(run, out_dir)
 
