@@ -96,13 +96,21 @@ def average_relevant_position(scores, labels, mask):
     return jnp.where(total > 0, jnp.sum(ranks * y, axis=-1) / jnp.maximum(total, 1e-12), 0.0)
 
 
-def cumulative_ndcg(values, gamma: float = 0.995) -> float:
-    """EBRank Cum-NDCG (Eq. 7): S_t = gamma S_{t-1} + x_t, returned at the end of the sequence."""
+def cumulative_weights(n: int, gamma: float = 0.995) -> np.ndarray:
+    """gamma ** (n-1, ..., 1, 0): the weight of each of n values in Cum-NDCG (Eq. 7), the last value's 1."""
+    return gamma ** np.arange(n - 1, -1, -1, dtype=np.float64)
+
+
+def cumulative_ndcg(values, gamma: float = 0.995, weights: np.ndarray | None = None) -> float:
+    """EBRank Cum-NDCG (Eq. 7): S_t = gamma S_{t-1} + x_t, returned at the end of the sequence. ``weights``:
+    ``cumulative_weights(n, gamma)`` for some n >= len(values), computed once for several sequences (the powers
+    are most of the work; the result is the same)."""
     values = np.asarray(values, np.float64)
     if values.size == 0:
         return 0.0
-    weights = gamma ** np.arange(values.size - 1, -1, -1, dtype=np.float64)
-    return float(np.dot(weights, values))
+    if weights is None:
+        weights = cumulative_weights(values.size, gamma)
+    return float(np.dot(weights[weights.size - values.size:], values))
 
 
 def cumulative_ndcg_curve(values, gamma: float = 0.995) -> np.ndarray:

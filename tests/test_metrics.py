@@ -100,6 +100,17 @@ def test_cumulative_ndcg():
         assert metrics.cumulative_ndcg(np.full(t, c), gamma) == pytest.approx(want, rel=1e-10)
 
 
+def test_cumulative_ndcg_with_shared_weights_is_the_same_number():
+    """The simulator computes ``cumulative_weights`` once for every member and split (the longest sequence) and
+    passes them: each split's Cum-NDCG is bit for bit the one with its own weights."""
+    rng = np.random.default_rng(4)
+    values = rng.random(100_003)
+    weights = metrics.cumulative_weights(values.size, 0.995)
+    for n in (1, 2, 17, 4099, 60_001, values.size):
+        part = values[rng.random(values.size) < n / values.size][:n]
+        assert metrics.cumulative_ndcg(part, 0.995, weights) == metrics.cumulative_ndcg(part, 0.995)
+
+
 def test_cumulative_ndcg_curve_is_the_recursion():
     values = np.random.default_rng(0).uniform(size=500)
     gamma = 0.99

@@ -40,3 +40,44 @@ def test_train_after_warmup_retrains_once_more():
             policy, jax.random.PRNGKey(1), progress=False)
     assert len(runs[True].train_info) == len(runs[False].train_info) + 1
     assert np.all(np.isfinite(runs[True].session_ndcg))
+
+
+def test_a_retrain_gets_the_session_logs_only_when_its_policy_reads_them(monkeypatch):
+    """``Policy.reads_logs``: EBRank retrains from the counters, so a run that keeps no click logs brings no shown
+    list or click to the host and its retrains get None logs, with every result as in the same run with the logs
+    kept (and passed to the retrains); a policy that reads logs (the base default) gets them without kept logs."""
+    sim = toy_sims.small_sim()
+    policy = toy_sims.small_ebrank(sim.data)
+    assert not policy.reads_logs
+    seen = []
+    update = type(policy).update_population
+
+    def spy(self, keys, params, hyper, data, counters, entered, logs):
+        seen.append(list(logs))
+        return update(self, keys, params, hyper, data, counters, entered, logs)
+
+    monkeypatch.setattr(type(policy), "update_population", spy)
+    runs = {}
+    for keep in (False, True):
+        seen.clear()
+        runs[keep] = (sim.run(policy, toy_sims.KEYS[0], progress=False, keep_logs=keep), [logs[0] for logs in seen])
+    (lean, lean_logs), (kept, kept_logs) = runs[False], runs[True]
+    assert len(lean_logs) == len(kept_logs) >= 2
+    assert all(log is None for log in lean_logs)
+    n_k = sim.config.top_k
+    assert all(log.shown.shape == (len(log.query), n_k) and log.clicks.any() for log in kept_logs)
+    assert lean.logs is None and len(kept.logs) == len(kept.eval_points)
+    np.testing.assert_array_equal(lean.session_ndcg, kept.session_ndcg)
+    assert lean.cum_ndcg == kept.cum_ndcg
+    np.testing.assert_equal(lean.eval_history, kept.eval_history)  # NaN (no train/vali evaluation) equals NaN
+    for a, b in zip(jax.tree_util.tree_leaves(lean.final_params), jax.tree_util.tree_leaves(kept.final_params)):
+        np.testing.assert_array_equal(a, b)
+
+    monkeypatch.setattr(type(policy), "reads_logs", True)
+    seen.clear()
+    sim.run(policy, toy_sims.KEYS[0], progress=False)
+    got = [logs[0] for logs in seen]
+    assert len(got) == len(kept_logs)
+    for a, b in zip(got, kept_logs):
+        np.testing.assert_array_equal(a.shown, b.shown)
+        np.testing.assert_array_equal(a.clicks, b.clicks)

@@ -171,6 +171,19 @@ def test_capped_document_collection_equals_subsample_of_all():
     full = collect_documents(data, counters, entered, TRAIN, 20)
     n = len(full["impressions"])
     assert n > 50
+    # a cell-by-cell loop: bucket after bucket, row-major, every counter of each kept document
+    want_loop = {k: [] for k in full}
+    for b, start, c, e in zip(data.buckets, data.document_starts, counters, entered):
+        split, e, mask, row = (np.asarray(a) for a in (b.split, e, b.doc_mask, b.doc_row))
+        c = {k: np.asarray(getattr(c, k)) for k in set(full) - {"doc"}}
+        for q in range(mask.shape[0]):
+            for d in range(mask.shape[1]):
+                if split[q] == TRAIN and e[q, d] and c["impressions"][q, d] > 20 and mask[q, d]:
+                    want_loop["doc"].append(start + row[q, d])
+                    for k in c:
+                        want_loop[k].append(c[k][q, d])
+    for k in full:
+        np.testing.assert_array_equal(full[k], np.asarray(want_loop[k], full[k].dtype))
     capped = collect_documents(data, counters, entered, TRAIN, 20, limit=50, seed=[3, 4])
     want = subsample(full, 50, [3, 4])
     assert set(capped) == set(want)

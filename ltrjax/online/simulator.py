@@ -451,6 +451,8 @@ class MainPhase:
       train_info: per member, one dict per retrain.
       logs: per member, every segment's ``SessionLog`` (None unless the logs are kept).
       pending: per member, the ``SessionLog`` of each segment since the last retrain (the next retrain's data).
+      collect_logs: whether the sessions' shown lists, clicks and records come to the host (the logs are kept, or
+        the policy retrains from them: ``Policy.reads_logs``); without them a retrain gets None logs.
       timings: seconds spent simulating, training and evaluating (shared with the warm-up).
       bar: the progress bar (main sessions x real members).
       per_query: the last evaluation's per-query NDCG, {"warm"/"cold": [M, Q]}.
@@ -471,6 +473,7 @@ class MainPhase:
     train_info: list
     logs: list | None
     pending: list
+    collect_logs: bool
     timings: dict
     bar: Any
     per_query: dict | None = None
@@ -946,13 +949,14 @@ class Simulator:
 
     def _run_segments(self, policy: Policy, params, hyper, states, segments: list, plans: list, run_keys: list,
                       trial_of: np.ndarray, widths: list | None, before: Callable | None = None,
-                      after: Callable | None = None, timings: dict | None = None):
+                      after: Callable | None = None, timings: dict | None = None, logs: bool = True):
         """Every segment of a phase (warm-up or main), for every member: the one simulation loop (``_run_members``;
         ``simulate_frozen`` and the warm-up use it without hooks). The next segment's host work (``_prepare``) runs
         while the device runs the current one. ``before(i, params) -> params`` runs before segment i is launched
         (e.g. a new dropout mask), ``after(i, params, states, outputs) -> params`` once its outputs are collected
         (evaluation, logging, retraining); the time of everything but ``after`` is added to
         ``timings["simulate"]``. ``widths[i]``: segment i's entry slots per bucket (``segment_widths``; None: all).
+        Without ``after`` no output comes to the host; ``logs=False`` brings only the sessions' NDCG (``_collect``).
         Returns the final (params, states)."""
         widths = widths or [None] * len(segments)
         upcoming = self._prepare(segments[0], plans[0], run_keys, trial_of, widths[0])
@@ -965,7 +969,10 @@ class Simulator:
             states = list(states)
             if i + 1 < len(segments):  # host work for the next segment while the device runs this one
                 upcoming = self._prepare(segments[i + 1], plans[i + 1], run_keys, trial_of, widths[i + 1])
-            outputs = self._collect(ys, segment)
+            if after is None:  # nothing to collect; still one segment in flight at a time
+                outputs = jax.block_until_ready(ys)
+            else:
+                outputs = self._collect(ys, segment, logs)
             if timings is not None:
                 timings["simulate"] += time.perf_counter() - tic
             if after is not None:
@@ -1132,14 +1139,17 @@ class Simulator:
                                            self.data.buckets, self.queries, segment.schedules, segment.keys,
                                            widths=widths)
 
-    def _collect(self, ys, segment: PreparedSegment):
+    def _collect(self, ys, segment: PreparedSegment, logs: bool = True):
         """A launched segment's outputs in session order: per member NDCG ``[P, n]``, shown ``[P, n, K]``,
-        clicks and session records (leaves ``[P, n, ...]``); blocks until the device is done."""
+        clicks and session records (leaves ``[P, n, ...]``); blocks until the device is done. With ``logs=False``
+        only the NDCG comes to the host (shown, clicks and records are None)."""
         trial_of, n, k_top = segment.trial_of, segment.n_sessions, self.config.top_k
         n_members = len(trial_of)
         ndcg = np.zeros((n_members, n), np.float32)
-        shown = np.full((n_members, n, k_top), -1, np.int32)
-        clicked = np.zeros((n_members, n, k_top), bool)
+        if not logs:
+            ys = [out.replace(shown=None, clicks=None, record=None) for out in ys]
+        shown = np.full((n_members, n, k_top), -1, np.int32) if logs else None
+        clicked = np.zeros((n_members, n, k_top), bool) if logs else None
         records = None
         groups = [np.flatnonzero(trial_of == t) for t in range(len(segment.targets))]
         for b, out in enumerate(jax.device_get(ys)):
@@ -1147,6 +1157,8 @@ class Simulator:
                 target, valid = segment.targets[t][b]
                 sel = (rows[:, None], target[None, :])
                 ndcg[sel] = out.ndcg[rows][:, valid]
+                if not logs:
+                    continue
                 shown[sel] = out.shown[rows][:, valid]
                 clicked[sel] = out.clicks[rows][:, valid]
                 if out.record is not None:
@@ -1213,7 +1225,8 @@ class Simulator:
         params, states = self._run_segments(policy, params, hyper, states, run.segments, run.plans,
                                             [t.run for t in trials], trial_of, run.widths,
                                             before=functools.partial(self._refresh, run),
-                                            after=functools.partial(self._after_segment, run), timings=timings)
+                                            after=functools.partial(self._after_segment, run), timings=timings,
+                                            logs=run.collect_logs)
         run.bar.close()
         return self._trial_results(run, draws, params, states, n_real, keep_states)
 
@@ -1255,7 +1268,8 @@ class Simulator:
                          session_ndcg=np.zeros((n_members, n_main), np.float32),
                          history=[[] for _ in range(n_members)], train_info=train_info,
                          logs=[[] for _ in range(n_members)] if keep_logs else None,
-                         pending=[[] for _ in range(n_members)], timings=timings, bar=bar)
+                         pending=[[] for _ in range(n_members)],
+                         collect_logs=keep_logs or (policy.trains and policy.reads_logs), timings=timings, bar=bar)
 
     def _refresh(self, run: MainPhase, i: int, params):
         """Before segment ``i``: the policy's per-segment refresh (e.g. a new dropout mask)."""
@@ -1269,7 +1283,7 @@ class Simulator:
         start, stop = run.starts[i], run.points[i] + 1
         run.session_ndcg[:, start:stop] = nd
         self._evaluate_members(run, i, params, states, prepared)
-        for m in range(len(run.trial_of)):
+        for m in range(len(run.trial_of) if run.collect_logs else 0):
             seg = run.segments[i][run.trial_of[m]]
             log = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
                              record=None if record is None else member(record, m))
@@ -1294,11 +1308,12 @@ class Simulator:
 
     def _retrain_segment(self, run: MainPhase, i: int, params, states):
         """The retrain after segment ``i`` on the sessions since the last one (a policy that does not train keeps
-        its parameters); the pending logs start afresh."""
+        its parameters; one that does not read logs gets None logs); the pending logs start afresh."""
         if run.policy.trains:
             tic = time.perf_counter()
+            logs = [concat_logs(p) if run.collect_logs else None for p in run.pending]
             params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
-                                          run.hyper, states, [concat_logs(p) for p in run.pending])
+                                          run.hyper, states, logs)
             params = self._shard(params)
             release_free_heap()
             run.timings["train"] += time.perf_counter() - tic
@@ -1313,10 +1328,11 @@ class Simulator:
         cfg = self.config
         results = []
         final_states = jax.device_get(states)
+        weights = metrics.cumulative_weights(run.session_ndcg.shape[1], cfg.gamma)  # once for every member and split
         for m in range(n_real):
             main = draws[run.trial_of[m]][1]
             split = self.data.split_of_query[main.query]
-            cum = {name: metrics.cumulative_ndcg(run.session_ndcg[m][split == s], cfg.gamma)
+            cum = {name: metrics.cumulative_ndcg(run.session_ndcg[m][split == s], cfg.gamma, weights)
                    for s, name in enumerate(SPLITS)}
             warm_query = draws[run.trial_of[m]][0].query
             results.append(TrialResult(

@@ -16,41 +16,56 @@ from ltrjax.online.policies.base import member
 from ltrjax.online.state import STAT_NAMES, DocCounters
 
 
+def eligible_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, min_impressions: float
+                       ) -> list[np.ndarray]:
+    """Per bucket, bool ``[Qb, Db]``: the entered real documents shown more than ``min_impressions`` times (any
+    split); ``split_cells`` then picks one split's."""
+    return [np.asarray(ent) & np.asarray(bucket.doc_mask) & (np.asarray(c.impressions) > min_impressions)
+            for bucket, c, ent in zip(data.buckets, counters, entered)]
+
+
+def split_cells(data: PaddedDataset, eligible: list[np.ndarray], split: int, limit: int | None = None, seed=None
+                ) -> list[np.ndarray]:
+    """Per bucket, the flat (row-major) indices of the ``eligible`` cells of ``split`` queries; with ``limit``, at
+    most that many of them in all (``subset_indices`` of their row-major concatenation, bucket after bucket)."""
+    cells = [np.flatnonzero(ok & (np.asarray(bucket.split) == split)[:, None])
+             for bucket, ok in zip(data.buckets, eligible)]
+    picked = subset_indices(sum(c.size for c in cells), limit, seed)
+    if picked is not None:
+        offsets = np.cumsum([0] + [c.size for c in cells])
+        cells = [c[picked[np.searchsorted(picked, lo):np.searchsorted(picked, hi)] - lo]
+                 for c, lo, hi in zip(cells, offsets[:-1], offsets[1:])]
+    return cells
+
+
+def gather_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], cells: list[np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+    """The documents at ``cells`` (``split_cells``): their ids (``doc``) and the counters that are not None."""
+    names = [name for name in STAT_NAMES if getattr(counters[0], name) is not None]
+    parts: dict[str, list[np.ndarray]] = {}
+    for bucket, start, c, at in zip(data.buckets, data.document_starts, counters, cells):
+        if not at.size:
+            continue
+        parts.setdefault("doc", []).append((start + np.asarray(bucket.doc_row).reshape(-1)[at]).astype(np.int32))
+        for name in names:  # a retrain brings only the counters its policy reads
+            parts.setdefault(name, []).append(np.asarray(getattr(c, name)).reshape(-1)[at])
+    if not parts:
+        return {"doc": np.zeros((0,), np.int32), **{k: np.zeros((0,), np.float32) for k in names}}
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
 def collect_documents(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, split: int,
                       min_impressions: float, limit: int | None = None, seed=None) -> dict[str, np.ndarray]:
     """Document ids (``doc``: rows of ``data.document_table()``; a fit gathers their features on the device) and
     counters of entered documents of ``split`` queries with n > min_impressions (the counters that are not None in
-    ``counters``). No feature is copied: at MSLR-30K shape a member's capped examples were 2 x 36 MB of features,
-    held on the host and again stacked for the device.
+    ``counters``), bucket by bucket in row-major order. No feature is copied: at MSLR-30K shape a member's capped
+    examples were 2 x 36 MB of features, held on the host and again stacked for the device.
 
     With ``limit``, at most that many of them (``subset_indices``, as ``ltrjax.models.train.subsample``
     chooses them from the full collection).
     """
-    keeps = []
-    for bucket, c, ent in zip(data.buckets, counters, entered):
-        impressions = np.asarray(c.impressions)
-        keep = (np.asarray(bucket.split)[:, None] == split) & np.asarray(ent) & (impressions > min_impressions)
-        keeps.append(keep & np.asarray(bucket.doc_mask))
-    counts = [int(k.sum()) for k in keeps]
-    picked = subset_indices(sum(counts), limit, seed)
-    if picked is not None:
-        chosen = np.zeros(sum(counts), bool)
-        chosen[picked] = True
-        offsets = np.cumsum([0] + counts)
-        for b, keep in enumerate(keeps):
-            keep[keep] = chosen[offsets[b]:offsets[b + 1]]  # row-major order, as the concatenation below
-    parts: dict[str, list[np.ndarray]] = {}
-    for bucket, start, c, keep in zip(data.buckets, data.document_starts, counters, keeps):
-        if not keep.any():
-            continue
-        parts.setdefault("doc", []).append((start + np.asarray(bucket.doc_row)[keep]).astype(np.int32))
-        for name in STAT_NAMES:
-            if getattr(c, name) is not None:  # a retrain brings only the counters its policy reads
-                parts.setdefault(name, []).append(np.asarray(getattr(c, name))[keep])
-    if not parts:
-        return {"doc": np.zeros((0,), np.int32),
-                **{k: np.zeros((0,), np.float32) for k in STAT_NAMES if getattr(counters[0], k) is not None}}
-    return {k: np.concatenate(v) for k, v in parts.items()}
+    eligible = eligible_documents(data, counters, entered, min_impressions)
+    return gather_documents(data, counters, split_cells(data, eligible, split, limit, seed))
 
 
 def member_splits(data: PaddedDataset, counters: tuple[DocCounters, ...], entered, n_members: int,
@@ -60,10 +75,14 @@ def member_splits(data: PaddedDataset, counters: tuple[DocCounters, ...], entere
     validation) documents, as ``collect_documents`` gathers them. With ``limit``, at most that many per
     split, the subset ``fit_members`` would draw with member ``keys`` (so the counters of documents it
     would drop are never gathered)."""
-    seeds = [key_seed(keys[i]) if limit is not None else [] for i in range(n_members)]
-    return [tuple(collect_documents(data, member(counters, i), member(entered, i), split, min_impressions,
-                                    limit, seeds[i] + [split_index])
-                  for split_index, split in enumerate((TRAIN, VALI))) for i in range(n_members)]
+    out = []
+    for i in range(n_members):
+        seed = key_seed(keys[i]) if limit is not None else []
+        counts = member(counters, i)
+        eligible = eligible_documents(data, counts, member(entered, i), min_impressions)  # once for both splits
+        out.append(tuple(gather_documents(data, counts, split_cells(data, eligible, split, limit, seed + [j]))
+                         for j, split in enumerate((TRAIN, VALI))))
+    return out
 
 
 def split_capacity(data: PaddedDataset, split: int) -> int:

@@ -150,6 +150,10 @@ class Policy:
     # neither scatters nor carries them. A counter read but not listed is None where it is read: an error, never a
     # silently different result
     counters_read: tuple[str, ...] = STAT_NAMES
+    # ``update``/``update_population`` read the sessions' logs (``SessionLog``: shown lists, clicks, records). A
+    # trainer that retrains from the counters alone says False: the simulator then brings no session's shown list
+    # or clicks to the host and passes None logs (unless the run keeps the click logs)
+    reads_logs: bool = True
 
     def init(self, key: jax.Array, data: PaddedDataset) -> Params:
         return ()

@@ -147,6 +147,7 @@ class CounterfactualL2(Policy):
 
     name = "cf"
     trains = True
+    reads_logs = False  # retrains from the counters
     serving = "topk"
     Hyper = CFHyper
     default_fit = DEFAULT_FIT

@@ -192,6 +192,7 @@ class EBRank(Policy):
     name = "ebrank"
     narrow_rows = True
     trains = True
+    reads_logs = False  # retrains from the counters (Eq. 14)
     test_from_prepare = True
     prepared_per_document = True
     Hyper = EBRankHyper

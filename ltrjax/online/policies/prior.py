@@ -43,6 +43,7 @@ from ltrjax.online.training_data import member_splits, split_capacity
 class Prior(Policy):
     name = "prior_concat"
     trains = True
+    reads_logs = False  # retrains from the counters
     default_fit = {**DEFAULT_FIT, "patience": 30}
 
     def __init__(self, data: PaddedDataset, behaviour: Annotated[str, OneOf(behav.FEATURES)] = "cn",

@@ -86,6 +86,7 @@ class UCBRank(Policy):
 
     name = "ucbrank"
     trains = True
+    reads_logs = False  # retrains from the counters
     default_fit = DEFAULT_FIT
 
     def __init__(self, data: PaddedDataset, strategy: Annotated[str, OneOf(STRATEGIES)] = "ucb",
