@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ltrjax.online.simulator import WARMUP_RETRAIN, Simulator, fold_member_keys, group_trials, pad_to_devices
+from ltrjax.online.simulator import (WARMUP_RETRAIN, Simulator, fold_member_keys, group_trials, pad_to_devices,
+                                     per_member)
 from tests import toy_sims
 
 
@@ -24,6 +25,18 @@ def test_pad_to_devices_copies_the_last_member():
     assert pad_to_devices([1, 2, 3], ["a", "b", "c"], 1) == ([1, 2, 3], ["a", "b", "c"])
     assert pad_to_devices([1, 2, 3], ["a", "b", "c"], 2) == ([1, 2, 3, 3], ["a", "b", "c", "c"])
     assert pad_to_devices([1, 2], ["a", "b"], 2) == ([1, 2], ["a", "b"])
+
+
+def test_per_member_copies_each_members_trial_leaf_and_empties_the_box():
+    trial_of = np.array([1, 0, 1, 1])
+    tree = {"a": jnp.arange(12.0).reshape(2, 3, 2), "b": np.arange(4, dtype=np.int32).reshape(2, 2),
+            "n": None}
+    box = [tree]
+    got = per_member(box, trial_of)
+    assert box == [] and got["n"] is None
+    for k in ("a", "b"):
+        assert isinstance(got[k], jax.Array) and got[k].dtype == tree[k].dtype
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(tree[k])[trial_of])
 
 
 def test_train_after_warmup_retrains_once_more():
