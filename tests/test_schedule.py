@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ltrjax.data.layout import bucket_widths, pad_and_bucket, padded_cells
-from ltrjax.online.schedule import draw_sessions, lane_schedule, padded_steps, update_points
+from ltrjax.online.schedule import balance_lanes, draw_sessions, lane_schedule, level_lanes, padded_steps, update_points
 from ltrjax.data.toy import toy_queryset
 
 
@@ -47,6 +47,25 @@ def test_lane_schedule(n, n_queries, n_lanes):
     # balanced: no more steps than the padded ideal load (sessions / lanes or the biggest query)
     ideal = max(counts.max(), -(-n // n_lanes))
     assert schedule.shape[0] <= int(1.5 * ideal) + 1
+
+
+@pytest.mark.parametrize("level", [False, True])
+def test_lane_schedule_is_the_lane_by_lane_loop(level):
+    """Each query's lane from ``balance_lanes``/``level_lanes`` over the queries in increasing row order; then lane
+    by lane, its queries in increasing row order and each query's sessions in time order, from step 0 (rows with
+    gaps: rows absent from the segment take no lane)."""
+    rng = np.random.default_rng(7)
+    rows = rng.choice(np.array([0, 3, 4, 9, 10, 11, 40, 41, 57]), 300, p=np.linspace(1, 3, 9) / 18)
+    n_lanes = 4
+    queries = sorted(set(rows.tolist()))
+    lane_of = (level_lanes if level else balance_lanes)(np.array([np.sum(rows == q) for q in queries]), n_lanes)
+    columns = [[] for _ in range(n_lanes)]
+    for q, lane in zip(queries, lane_of):
+        columns[lane] += [t for t in range(rows.size) if rows[t] == q]
+    want = np.full((max(map(len, columns)), n_lanes), -1)
+    for lane, sessions in enumerate(columns):
+        want[: len(sessions), lane] = sessions
+    np.testing.assert_array_equal(lane_schedule(rows, n_lanes, level), want)
 
 
 def test_lane_schedule_skewed_and_empty():

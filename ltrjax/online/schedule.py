@@ -120,9 +120,13 @@ def lane_schedule(rows: np.ndarray, n_lanes: int, level: bool = False) -> np.nda
     n = rows.shape[0]
     if n == 0:
         return np.full((1, n_lanes), -1, np.int64)
-    _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    per_row = np.bincount(rows)  # np.unique(rows, return_inverse=True, return_counts=True) without sorting
+    present = np.flatnonzero(per_row)
+    index = np.zeros(per_row.size, np.int64)
+    index[present] = np.arange(present.size)
+    inverse, counts = index[rows], per_row[present]
     lane = (level_lanes if level else balance_lanes)(counts, n_lanes)[inverse]
-    by_lane = np.lexsort((np.arange(n), inverse, lane))  # lane, then query, then time
+    by_lane = np.argsort(lane * present.size + inverse, kind="stable")  # lane, then query, then time
     lane_sorted = lane[by_lane]
     start = np.searchsorted(lane_sorted, np.arange(n_lanes))
     step = np.arange(n) - start[lane_sorted]

@@ -645,6 +645,7 @@ class Simulator:
         self._widths: dict[int, list[tuple[int, ...]]] = {}  # per segment count: widths (``segment_widths``)
         self._classes: tuple | None = None  # width classes: (phase width per bucket, class widths per bucket)
         self._width_shapes: set[tuple[int, ...]] = set()
+        self._cum_weights = np.ones(0)  # Cum-NDCG's weights (``metrics.cumulative_weights``), the longest so far
         self._aux_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per policy (``aux_bytes``)
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
 
@@ -688,16 +689,20 @@ class Simulator:
                  for b in range(len(self.data.buckets))] for draws in segments]
         lanes = self._lanes.get(phase)
         steps = self._steps.get(phase, 0)
-        if lanes is None or any(len(r[b]) and lane_schedule(r[b], lanes[b]).shape[0] > steps
-                                for r in rows for b in range(len(r))):
+        known = {}  # (segment, bucket) -> its schedule with the remembered lanes, computed once
+        if lanes is not None:
+            known = {(i, b): lane_schedule(r[b], lanes[b]) for i, r in enumerate(rows) for b in range(len(r))
+                     if len(r[b])}
+        if lanes is None or any(schedule.shape[0] > steps for schedule in known.values()):
             needed = max((lane_schedule(r[b], self.n_lanes[b]).shape[0] for r in rows for b in range(len(r))
                           if len(r[b])), default=1)
             steps = max(steps, padded_steps(needed))  # the ladder leaves headroom for other trials' draws
             lanes = tuple(fitted_lanes([r[b] for r in rows], self.n_lanes[b], steps)
                           for b in range(len(self.data.buckets)))
             self._steps[phase], self._lanes[phase] = steps, lanes
+            known = {}
         plans = []
-        for draws, per_bucket in zip(segments, rows):
+        for i, (draws, per_bucket) in enumerate(zip(segments, rows)):
             bucket_of = self.data.bucket_of_query[draws.query]
             plan = []
             for b in range(len(self.data.buckets)):
@@ -705,7 +710,7 @@ class Simulator:
                 if members.size == 0:
                     plan.append(None)
                     continue
-                schedule = lane_schedule(per_bucket[b], lanes[b])
+                schedule = known[i, b] if (i, b) in known else lane_schedule(per_bucket[b], lanes[b])
                 plan.append(np.where(schedule >= 0, members[np.maximum(schedule, 0)], -1))  # segment-local
             plans.append(plan)
         for p in plans:
@@ -1121,7 +1126,7 @@ class Simulator:
         if isinstance(plans[0], ClassPlan):
             widths, bounds = plans[0].widths, tuple(np.asarray(b, np.int32) for b in plans[0].bounds)
         schedules = tuple(
-            jax.tree_util.tree_map(lambda *xs: np.stack(xs)[trial_of], *(inputs[b] for inputs, _ in per_trial))
+            jax.tree_util.tree_map(lambda *xs: np.stack([xs[t] for t in trial_of]), *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
         return PreparedSegment(schedules=self._shard(schedules),
                                keys=self._shard(np.stack([host_random.key_words(run_keys[t]) for t in trial_of])),
@@ -1331,7 +1336,9 @@ class Simulator:
         cfg = self.config
         results = []
         final_states = jax.device_get(states)
-        weights = metrics.cumulative_weights(run.session_ndcg.shape[1], cfg.gamma)  # once for every member and split
+        if self._cum_weights.size < run.session_ndcg.shape[1]:  # once per simulator, for every member and split
+            self._cum_weights = metrics.cumulative_weights(run.session_ndcg.shape[1], cfg.gamma)
+        weights = self._cum_weights
         for m in range(n_real):
             main = draws[run.trial_of[m]][1]
             split = self.data.split_of_query[main.query]
