@@ -94,3 +94,22 @@ def test_a_retrain_gets_the_session_logs_only_when_its_policy_reads_them(monkeyp
     for a, b in zip(got, kept_logs):
         np.testing.assert_array_equal(a.shown, b.shown)
         np.testing.assert_array_equal(a.clicks, b.clicks)
+
+
+def test_heap_is_trimmed_only_for_large_simulators(monkeypatch):
+    """``release_free_heap`` (glibc's ``malloc_trim``, ~6 ms) runs after the warm-up, every retrain and every chunk
+    only for a simulator with at least ``HEAP_TRIM_SLOTS`` document slots (MSLR-30K shape), not at toy size."""
+    from ltrjax.online import simulator as sim_lib
+
+    calls = []
+    monkeypatch.setattr(sim_lib, "release_free_heap", lambda: calls.append(1))
+    small = toy_sims.small_sim()
+    policy = toy_sims.small_ebrank(small.data)
+    assert not small.trims_heap
+    small.run(policy, toy_sims.KEYS[0], progress=False)
+    assert calls == []
+    monkeypatch.setattr(sim_lib, "HEAP_TRIM_SLOTS", 1)
+    large = Simulator(small.data, small.click_model, small.config, warmup_policy=small.warmup_policy)
+    assert large.trims_heap
+    result = large.run(policy, toy_sims.KEYS[0], progress=False)
+    assert len(calls) == 1 + len(result.train_info) + 1  # the warm-up, each retrain, the chunk

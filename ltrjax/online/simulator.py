@@ -587,11 +587,18 @@ def _malloc_trim():
         return None
 
 
+# a simulator whose buckets hold at least this many document slots returns freed heap pages after its warm-ups, retrains
+# and chunks (``release_free_heap``): MSLR-30K shape has 6.5M (about 0.5 GB returned per retrain), MQ2007 shape 0.1M,
+# where a trim returns little and costs ~6 ms, 4.5 s of the 35-member sweep's 1,330 retrains
+HEAP_TRIM_SLOTS = 1 << 20
+
+
 def release_free_heap() -> None:
     """Give the C heap's free pages back to the OS (glibc's ``malloc_trim``; elsewhere nothing). A retrain's counters
     and examples, a segment's outputs and XLA's compile-time buffers are freed into the heap, which glibc keeps
     (measured: ~0.5 GB after a retrain at MSLR-30K shape) and the process's resident memory and peak count; called
-    after the warm-up, every retrain and every chunk, and after the data is laid out."""
+    after the data is laid out, and after the warm-up, every retrain and every chunk of a simulator with at least
+    ``HEAP_TRIM_SLOTS`` document slots (``Simulator.trims_heap``)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
@@ -645,6 +652,7 @@ class Simulator:
         self._widths: dict[int, list[tuple[int, ...]]] = {}  # per segment count: widths (``segment_widths``)
         self._classes: tuple | None = None  # width classes: (phase width per bucket, class widths per bucket)
         self._width_shapes: set[tuple[int, ...]] = set()
+        self.trims_heap = sum(int(np.prod(b.labels.shape)) for b in data.buckets) >= HEAP_TRIM_SLOTS
         self._cum_weights = np.ones(0)  # Cum-NDCG's weights (``metrics.cumulative_weights``), the longest so far
         self._aux_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per policy (``aux_bytes``)
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
@@ -903,7 +911,8 @@ class Simulator:
                 chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
                 chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
             results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs, keep_states)[:n_real]
-            release_free_heap()
+            if self.trims_heap:
+                release_free_heap()
             if start == 0 and len(keys) > size:
                 spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
                 left = spent * (len(keys) - size) / size
@@ -1258,7 +1267,8 @@ class Simulator:
             states = list(initial)
         else:
             states = [per_member([initial.pop(0)], trial_of) for _ in range(len(initial))]
-        release_free_heap()
+        if self.trims_heap:
+            release_free_heap()
         timings["simulate"] += time.perf_counter() - tic
         return states
 
@@ -1323,7 +1333,8 @@ class Simulator:
             params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
                                           run.hyper, states, logs)
             params = self._shard(params)
-            release_free_heap()
+            if self.trims_heap:
+                release_free_heap()
             run.timings["train"] += time.perf_counter() - tic
             for acc, info in zip(run.train_info, infos):
                 acc.append(info)
