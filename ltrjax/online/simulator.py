@@ -1134,8 +1134,9 @@ class Simulator:
         bounds = None
         if isinstance(plans[0], ClassPlan):
             widths, bounds = plans[0].widths, tuple(np.asarray(b, np.int32) for b in plans[0].bounds)
-        schedules = tuple(
-            jax.tree_util.tree_map(lambda *xs: np.stack([xs[t] for t in trial_of]), *(inputs[b] for inputs, _ in per_trial))
+        schedules = tuple(  # one copy per member of its trial's inputs
+            jax.tree_util.tree_map(lambda *xs: np.stack([xs[t] for t in trial_of]),
+                                   *(inputs[b] for inputs, _ in per_trial))
             for b in range(len(self.data.buckets)))
         return PreparedSegment(schedules=self._shard(schedules),
                                keys=self._shard(np.stack([host_random.key_words(run_keys[t]) for t in trial_of])),
