@@ -348,41 +348,46 @@ class OnlineRun:
             reused = [t for t in trials if all(m in shared for m in ids[t])]
             simulate = [t for t in trials if t not in reused]
             keys = [trial_key(self.cfg, t) for t in simulate for _ in grid]
-            tic = time.perf_counter()
-            results = self.sim.run_population(policy, keys, [values for _ in simulate for values in grid],
-                                              progress=self.progress, keep_logs=self.save_click_logs,
-                                              keep_states=False) if keys else []  # records read perfect_docs
-            wall = time.perf_counter() - tic
-            by_trial = {t: results[i * len(grid):(i + 1) * len(grid)] for i, t in enumerate(simulate)}
-            by_trial.update({t: [shared[m][1] for m in ids[t]] for t in reused})
-            for t in simulate:
-                for m, r in zip(ids[t], by_trial[t]):
-                    if m in wanted:
-                        shared[m] = (name, r)
-            for trial in trials:
-                best, chosen, scores = choose(by_trial[trial], grid, self.tune_split)
-                record = trial_record(best, trial, chosen, self.n_points, scores if len(grid) > 1 else {})
-                if trial in reused:
-                    lender = shared[ids[trial][0]][0]
-                    record["shared_with"] = lender
-                    record["wall_seconds"] = 0.0
-                    record["population"] = {"members": 0, "trials": 0, "grid": len(grid), "wall_seconds": 0.0}
-                    log.info("%s %-24s trial %d: the same members as %s's (same policy, options, hyper-parameters "
-                             "and trial): reused, not simulated again", self.label, name, trial, lender)
-                else:
-                    record["wall_seconds"] = wall / len(simulate)  # the population's wall time, shared by trials
-                    record["population"] = {"members": len(keys), "trials": len(simulate), "grid": len(grid),
-                                            "wall_seconds": wall}
-                record["made_by"] = {"version": self.writer.header["record"]["version"], "commit": git_commit()}
-                record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
-                record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
-                save_units(self.units_path(name, trial), self.sim, best)
-                self.save_outputs(key, name, trial, best, chosen)
-                self.writer.add_trial(name, record)
+            for trial in reused:
+                lender = shared[ids[trial][0]][0]
+                log.info("%s %-24s trial %d: the same members as %s's (same policy, options, hyper-parameters "
+                         "and trial): reused, not simulated again", self.label, name, trial, lender)
+                self._write_trial(key, name, policy, trial, [shared[m][1] for m in ids[trial]], grid, {
+                    "shared_with": lender, "wall_seconds": 0.0,
+                    "population": {"members": 0, "trials": 0, "grid": len(grid), "wall_seconds": 0.0}})
                 bar.update(1)
-                log.info("%s %-24s trial %d: Cum %.2f  Warm %.4f  Cold %.4f  %s", self.label, name, trial,
-                         record["cum_ndcg"], record["warm_ndcg"], record["cold_ndcg"],
-                         f"chosen {chosen}" if chosen else "")
+            written = {}  # simulated trial -> its record, written as soon as its members have all run
+            tic = time.perf_counter()
+
+            def on_chunk(results: list, simulate=simulate, grid=grid, ids=ids, name=name, key=key, policy=policy,
+                         written=written, tic=tic):
+                """After each chunk: every simulated trial whose members have now all run is written (an
+                interrupted row keeps them); its time is the population's so far, shared by the trials written."""
+                for i, t in enumerate(simulate):
+                    members = results[i * len(grid):(i + 1) * len(grid)]
+                    if t in written or len(members) < len(grid):
+                        continue
+                    for m, r in zip(ids[t], members):
+                        if m in wanted:
+                            shared[m] = (name, r)
+                    elapsed = time.perf_counter() - tic
+                    written[t] = self._write_trial(key, name, policy, t, members, grid, {
+                        "wall_seconds": elapsed / (len(written) + 1),
+                        "population": {"members": len(simulate) * len(grid), "trials": len(simulate),
+                                       "grid": len(grid), "wall_seconds": elapsed, "finished": False}})
+                    bar.update(1)
+
+            if keys:
+                self.sim.run_population(policy, keys, [values for _ in simulate for values in grid],
+                                        progress=self.progress, keep_logs=self.save_click_logs, keep_states=False,
+                                        on_chunk=on_chunk)  # records read perfect_docs
+            wall = time.perf_counter() - tic
+            for record in written.values():  # the whole population ran: its time, shared by its trials
+                record["wall_seconds"] = wall / len(simulate)
+                record["population"] = {"members": len(keys), "trials": len(simulate), "grid": len(grid),
+                                        "wall_seconds": wall}
+            if written:
+                self.writer.write()
             if keys:
                 log.info("%s %-24s %d trials x %d grid values = %d members in %.1f s", self.label, name,
                          len(simulate), len(grid), len(keys), wall)
@@ -394,6 +399,25 @@ class OnlineRun:
                         del wanted[m]
         bar.close()
         return self.writer
+
+    def _write_trial(self, key: str, name: str, policy, trial: int, members: list[TrialResult], grid: list[dict],
+                     timing: dict) -> dict:
+        """One trial of row ``key``: the tuned choice among its ``members`` (one per grid value), its record (with
+        ``timing``: wall time, population, or the lender of reused members) in ``results.json``, its paired units,
+        model and click log; returns the record (kept in the writer: the population's final time goes into it)."""
+        best, chosen, scores = choose(members, grid, self.tune_split)
+        record = trial_record(best, trial, chosen, self.n_points, scores if len(grid) > 1 else {})
+        record.update(timing)
+        record["made_by"] = {"version": self.writer.header["record"]["version"], "commit": git_commit()}
+        record["exploitation_ratio"] = exploitation_ratios(policy, best.final_params)
+        record["click_rate_by_entry"] = perfect_click_rates(self.sim, best, self.entry_bins)
+        save_units(self.units_path(name, trial), self.sim, best)
+        self.save_outputs(key, name, trial, best, chosen)
+        self.writer.add_trial(name, record)
+        log.info("%s %-24s trial %d: Cum %.2f  Warm %.4f  Cold %.4f  %s", self.label, name, trial,
+                 record["cum_ndcg"], record["warm_ndcg"], record["cold_ndcg"],
+                 f"chosen {chosen}" if chosen else "")
+        return record
 
     def save_outputs(self, key: str, name: str, trial: int, best: TrialResult, chosen: dict) -> None:
         """The trial's final parameters (``models/NAME/trialT.msgpack``) and, if asked, its main-phase

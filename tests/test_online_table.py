@@ -123,6 +123,50 @@ def test_cum_units_sum_to_cum_ndcg():
     assert stats.discounted_contributions(nd, 0.995).sum() == pytest.approx(total)
 
 
+def test_a_row_interrupted_in_its_second_chunk_keeps_the_trial_of_its_first(table_cfg, tmp_path, monkeypatch):
+    """A row's trials are written as soon as all their members have run (``run_population(on_chunk=...)``), not when
+    the whole population has: a run interrupted in EBRank's second chunk (one trial of 2 grid values per chunk) keeps
+    trial 0, its record saying the population had not finished; the rerun simulates only trial 1, and every trial
+    then equals the uninterrupted run's, its population's time filled in."""
+    queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
+    cfg = OmegaConf.merge(table_cfg, {"population": {"max_members": 2}})
+    OmegaConf.set_struct(cfg, False)
+    cfg.algorithms = {"ebrank": table_cfg.algorithms.ebrank}
+    cfg.experiment.eta_sweep["values"] = []
+    runner.run_online(cfg, tmp_path / "whole", queryset)
+    whole = json.loads((tmp_path / "whole" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
+
+    chunks, populations = [], []
+    run_members, run_population = Simulator._run_members, Simulator.run_population
+
+    def interrupted_in_the_second_chunk(self, *args, **kwargs):
+        chunks.append(1)
+        if len(chunks) == 2:
+            raise KeyboardInterrupt
+        return run_members(self, *args, **kwargs)
+
+    monkeypatch.setattr(Simulator, "_run_members", interrupted_in_the_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_online(cfg, tmp_path / "cut", queryset)
+    kept = json.loads((tmp_path / "cut" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
+    assert [t["seed"] for t in kept] == [0] and kept[0]["population"]["finished"] is False
+    assert (tmp_path / "cut" / "arrays" / safe_name("ebrank") / "trial0.npz").exists()
+    assert kept[0]["cum_ndcg"] == whole[0]["cum_ndcg"] and kept[0]["chosen"] == whole[0]["chosen"]
+
+    monkeypatch.setattr(Simulator, "_run_members", run_members)
+    monkeypatch.setattr(Simulator, "run_population", lambda self, policy, keys, *a, **k: populations.append(
+        len(keys)) or run_population(self, policy, keys, *a, **k))
+    runner.run_online(cfg, tmp_path / "cut", queryset)
+    assert populations == [2]  # trial 1's two members only
+    resumed = json.loads((tmp_path / "cut" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
+    assert [t["seed"] for t in resumed] == [0, 1]
+    for a, b in zip(resumed, whole):
+        for k in ("cum_ndcg", "warm_ndcg", "cold_ndcg", "cum_ndcg_vali", "chosen", "test_session_ndcg_curve"):
+            assert a[k] == b[k], k
+    assert "finished" not in resumed[1]["population"] and resumed[1]["population"]["trials"] == 1
+    assert all("finished" not in t["population"] and t["population"]["trials"] == 2 for t in whole)
+
+
 def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch):
     """ebrank_wo_explore is EBRank's epsilon=0 grid member (same class, options, trial keys): the runner simulates
     it once and reuses it; the reused row equals that row run on its own, and a row whose options differ (beta)

@@ -891,13 +891,15 @@ class Simulator:
 
     def run_population(self, policy: Policy, keys: Sequence[jax.Array], hypers: Sequence | None = None, *,
                        progress: bool = True, keep_logs: bool = False, max_members: int | None = None,
-                       keep_states: bool = True) -> list[TrialResult]:
+                       keep_states: bool = True, on_chunk: Callable[[list[TrialResult]], None] | None = None
+                       ) -> list[TrialResult]:
         """Run every member ``(keys[i], hypers[i])`` of ``policy``; members with equal keys share their trial's
         session plan and click draws. ``hypers[i]`` is None (the configured values), a {name: value} dict
         or a ``policy.Hyper``. Returns one ``TrialResult`` per member, in order; identical to running the
         members one by one. Populations larger than ``chunk_size`` run chunk by chunk. ``keep_states=False``
         leaves ``final_states`` out of the results (every counter of every document: at MSLR-30K shape ~0.2 GB per
-        member, held until the caller drops the results); ``perfect_docs`` is always there."""
+        member, held until the caller drops the results); ``perfect_docs`` is always there. ``on_chunk(results)`` is
+        called after every chunk with the results so far (members in order), e.g. to write the finished trials."""
         keys = list(keys)
         hypers = resolve_hypers(policy, hypers, len(keys))
         size = self.chunk_size(len(keys), max_members, policy)
@@ -911,6 +913,8 @@ class Simulator:
                 chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
                 chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
             results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs, keep_states)[:n_real]
+            if on_chunk is not None:
+                on_chunk(results)
             if self.trims_heap:
                 release_free_heap()
             if start == 0 and len(keys) > size:
