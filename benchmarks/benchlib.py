@@ -321,6 +321,15 @@ def prepare_sharing(policy, data, members: int = 7, repeats: int = PREPARE_REPEA
     return out
 
 
+def simulator_prepare_sharing(sim, policy, key, members: int = 7) -> dict:
+    """``prepare_sharing`` on the simulator's data, with the initial states of trial ``key`` (the states a segment
+    lays each member's values out with: the counters the policy keeps)."""
+    from ltrjax.online.state import kept_counters
+
+    return prepare_sharing(policy, sim.data, members,
+                           states=sim.host_init_states(key, kept_counters(policy.counters_read)))
+
+
 def timed(fn, *args, **kwargs):
     """(result, wall seconds, CPU seconds of this process, all threads) of one call."""
     wall, cpu = time.perf_counter(), time.process_time()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, ratio,  # noqa: E402
-                      online_overrides, prepare_sharing, use_compilation_cache)
+                      online_overrides, simulator_prepare_sharing, use_compilation_cache)
 
 
 
@@ -37,7 +37,6 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from ltrjax.online.state import kept_counters
     from ltrjax.runner import build_simulator, make_policy, trial_key
 
     cache = use_compilation_cache(args)
@@ -61,8 +60,7 @@ def main(argv=None) -> dict:
         t_run = time.perf_counter() - tic
     warm, main_ = sim.session_counts()
     occupancy = sim.doc_slot_occupancy(policy, [trial_key(cfg, 0)])  # the run's plans again (deterministic)
-    sharing = prepare_sharing(policy, data, members=7,
-                              states=sim.host_init_states(trial_key(cfg, 0), kept_counters(policy.counters_read)))
+    sharing = simulator_prepare_sharing(sim, policy, trial_key(cfg, 0))
     timings = {k: float(v) for k, v in result.timings.items()}
     split = {k: timings.get(k, 0.0) for k in ("simulate", "train", "evaluate")}
     out = {"preset": args.preset, "queries": data.n_queries, "sessions": main_,

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, minus,  # noqa: E402
-                      online_overrides, plus, prepare_sharing, ratio, use_compilation_cache)
+                      online_overrides, plus, simulator_prepare_sharing, ratio, use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
@@ -80,7 +80,6 @@ def main(argv=None) -> dict:
     import jax
     import numpy as np
 
-    from ltrjax.online.state import kept_counters
     from ltrjax.runner import choose, grid_label, trial_key
 
     if args.smoke:
@@ -144,8 +143,7 @@ def main(argv=None) -> dict:
     values = np.asarray([v for d in diffs.values() for v in d], np.float64)
 
     occupancy = sim.doc_slot_occupancy(policy, keys)  # the population's plans again (deterministic)
-    sharing = prepare_sharing(policy, data, members=7,
-                              states=sim.host_init_states(trial_key(cfg, 0), kept_counters(policy.counters_read)))
+    sharing = simulator_prepare_sharing(sim, policy, trial_key(cfg, 0))
     pop_excl = minus(population_seconds, pop_compile.seconds)
     serial_excl = minus(serial_seconds, serial_compile.seconds)
     out = {
