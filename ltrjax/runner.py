@@ -359,8 +359,11 @@ class OnlineRun:
             written = {}  # simulated trial -> its record, written as soon as its members have all run
             tic = time.perf_counter()
 
-            def on_chunk(results: list, simulate=simulate, grid=grid, ids=ids, name=name, key=key, policy=policy,
-                         written=written, tic=tic):
+            def population(wall: float, **extra) -> dict:
+                return {"members": len(keys), "trials": len(simulate), "grid": len(grid), "wall_seconds": wall,
+                        **extra}
+
+            def on_chunk(results: list) -> None:
                 """After each chunk: every simulated trial whose members have now all run is written (an
                 interrupted row keeps them); its time is the population's so far, shared by the trials written."""
                 for i, t in enumerate(simulate):
@@ -373,8 +376,7 @@ class OnlineRun:
                     elapsed = time.perf_counter() - tic
                     written[t] = self._write_trial(key, name, policy, t, members, grid, {
                         "wall_seconds": elapsed / (len(written) + 1),
-                        "population": {"members": len(simulate) * len(grid), "trials": len(simulate),
-                                       "grid": len(grid), "wall_seconds": elapsed, "finished": False}})
+                        "population": population(elapsed, finished=False)})
                     bar.update(1)
 
             if keys:
@@ -384,8 +386,7 @@ class OnlineRun:
             wall = time.perf_counter() - tic
             for record in written.values():  # the whole population ran: its time, shared by its trials
                 record["wall_seconds"] = wall / len(simulate)
-                record["population"] = {"members": len(keys), "trials": len(simulate), "grid": len(grid),
-                                        "wall_seconds": wall}
+                record["population"] = population(wall)
             if written:
                 self.writer.write()
             if keys:

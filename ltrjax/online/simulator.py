@@ -598,7 +598,7 @@ def release_free_heap() -> None:
     and examples, a segment's outputs and XLA's compile-time buffers are freed into the heap, which glibc keeps
     (measured: ~0.5 GB after a retrain at MSLR-30K shape) and the process's resident memory and peak count; called
     after the data is laid out, and after the warm-up, every retrain and every chunk of a simulator with at least
-    ``HEAP_TRIM_SLOTS`` document slots (``Simulator.trims_heap``)."""
+    ``HEAP_TRIM_SLOTS`` document slots (``Simulator.release_heap``)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
@@ -915,14 +915,19 @@ class Simulator:
             results += self._run_members(policy, chunk_keys, chunk_hypers, progress, keep_logs, keep_states)[:n_real]
             if on_chunk is not None:
                 on_chunk(results)
-            if self.trims_heap:
-                release_free_heap()
+            self.release_heap()
             if start == 0 and len(keys) > size:
                 spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
                 left = spent * (len(keys) - size) / size
                 log.info("%s: first chunk of %d members in %.0f s; about %.0f s (%.1f min) left for the other %d "
                          "members", policy.name, size, spent, left, left / 60, len(keys) - size)
         return results
+
+    def release_heap(self) -> None:
+        """``release_free_heap`` after a warm-up, retrain or chunk, for a simulator of at least ``HEAP_TRIM_SLOTS``
+        document slots (``trims_heap``); below that a trim returns little and costs more."""
+        if self.trims_heap:
+            release_free_heap()
 
     def check_fits(self, policy: Policy) -> int:
         """The estimated bytes of one member of ``policy`` (``member_bytes``); ``ConfigError`` on
@@ -1272,8 +1277,7 @@ class Simulator:
             states = list(initial)
         else:
             states = [per_member([initial.pop(0)], trial_of) for _ in range(len(initial))]
-        if self.trims_heap:
-            release_free_heap()
+        self.release_heap()
         timings["simulate"] += time.perf_counter() - tic
         return states
 
@@ -1306,13 +1310,14 @@ class Simulator:
         start, stop = run.starts[i], run.points[i] + 1
         run.session_ndcg[:, start:stop] = nd
         self._evaluate_members(run, i, params, states, prepared)
-        for m in range(len(run.trial_of) if run.collect_logs else 0):
-            seg = run.segments[i][run.trial_of[m]]
-            log = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
-                             record=None if record is None else member(record, m))
-            if run.logs is not None:
-                run.logs[m].append(log)
-            run.pending[m].append(log)
+        if run.collect_logs:
+            for m in range(len(run.trial_of)):
+                seg = run.segments[i][run.trial_of[m]]
+                log = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
+                                 record=None if record is None else member(record, m))
+                if run.logs is not None:
+                    run.logs[m].append(log)
+                run.pending[m].append(log)
         if self.config.retrains_after(i):
             params = self._retrain_segment(run, i, params, states)
         run.bar.update(int(stop - start) * run.n_real)
@@ -1338,8 +1343,7 @@ class Simulator:
             params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
                                           run.hyper, states, logs)
             params = self._shard(params)
-            if self.trims_heap:
-                release_free_heap()
+            self.release_heap()
             run.timings["train"] += time.perf_counter() - tic
             for acc, info in zip(run.train_info, infos):
                 acc.append(info)
