@@ -86,17 +86,43 @@ def test_member_blocks_fit_a_member_bit_for_bit_wherever_it_sits():
             assert whole_infos[i - 1] == info[0]
 
 
+def test_threads_and_population_size_do_not_change_a_fit():
+    """``fit.threads`` fits that many blocks at once, each in a host thread: with 3 threads, or one, and alone, each
+    member's fit is the same bit for bit (parameters and epochs); the fit program takes one block, so the population
+    of 5 and the single members compiled one program for their shared example shape."""
+    data = [regression(n, seed=s, noise=z) for s, (n, z) in enumerate([(200, 0.1), (900, 2.0), (450, 0.5),
+                                                                        (700, 1.0), (300, 3.0)])]
+    keys = jax.random.split(jax.random.PRNGKey(7), len(data))
+    runs = {}
+    for threads in (3, 1):
+        fit = MemberFit(linear_loss, FitConfig(learning_rate=0.05, batch_size=64, max_epochs=40, patience=1,
+                                               min_delta=0.0, member_batch=1, threads=threads))
+        assert fit.threads == threads
+        runs[threads] = fit_members(fit, init(members=len(data)), data, data, keys, "t")
+        alone = [fit_members(fit, init(), [d], [d], keys[i:i + 1], "t") for i, d in enumerate(data)]
+        assert fit.batched._cache_size() == 1
+    (pooled, infos), (one_thread, infos_1) = runs[3], runs[1]
+    assert infos == infos_1 and len({i["epochs"] for i in infos}) > 1
+    for i, (params, info) in enumerate(alone):
+        assert info[0] == infos[i]
+        for a, b, c in zip(*(jax.tree_util.tree_leaves(p) for p in (pooled, one_thread, params))):
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b)[i])
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(c)[0])
+
+
 def test_backend_defaults_resolve_per_backend():
-    """``fit.member_batch=None`` and ``sim.click_rng="auto"`` become concrete per backend (GPU: fits in blocks of
-    ``GPU_MEMBER_BLOCK``, clicks drawn on the device; CPU: one fit after another, clicks drawn on the host); values
-    set explicitly are kept."""
-    from ltrjax.models.train import GPU_MEMBER_BLOCK
+    """``fit.member_batch=None``, ``fit.threads=None`` and ``sim.click_rng="auto"`` become concrete per backend
+    (GPU: fits in blocks of ``GPU_MEMBER_BLOCK`` in one thread, clicks drawn on the device; CPU: one member per fit,
+    a thread per core, clicks drawn on the host); values set explicitly are kept."""
+    from ltrjax.models.train import GPU_MEMBER_BLOCK, usable_cores
     from ltrjax.online.simulator import SimConfig
 
     assert FitConfig().member_batch is None and SimConfig().click_rng == "auto"
     assert FitConfig().resolved("gpu").member_batch == GPU_MEMBER_BLOCK == 8
     assert FitConfig().resolved("cpu").member_batch == 1
     assert FitConfig(member_batch=3).resolved("gpu").member_batch == 3
+    assert FitConfig().threads is None and FitConfig().resolved("cpu").threads == usable_cores() >= 1
+    assert FitConfig().resolved("gpu").threads == 1 and FitConfig(threads=4).resolved("gpu").threads == 4
     assert SimConfig().resolved("gpu").click_rng == "device" and SimConfig().resolved("cpu").click_rng == "host"
     assert SimConfig(click_rng="host").resolved("gpu").click_rng == "host"
     assert MemberFit(linear_loss, FitConfig()).block == (8 if jax.default_backend() == "gpu" else 1)

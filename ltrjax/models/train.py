@@ -10,8 +10,11 @@ training set neither recompiles nor pays for its padding.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
+import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -52,6 +55,9 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
     # members fitted side by side (vmap) in blocks of exactly this width, a short population padded to it; 1 = one
     # after another (lax.map); None = by backend, 1 on a CPU and GPU_MEMBER_BLOCK on a GPU (``resolved``)
     member_batch: PositiveInt | None = None
+    # the members' fits run as this many equal shares at once, each in a host thread (a CPU program runs on the
+    # thread that calls it); None = by backend, the usable cores on a CPU and 1 on a GPU (``resolved``)
+    threads: PositiveInt | None = None
     max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
     lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
     # The stop rule. The initial parameters and every epoch are validated; an epoch that lowers the mean validation
@@ -65,13 +71,22 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
     grace: NonNegativeInt = 0
 
     def resolved(self, backend: str | None = None) -> "FitConfig":
-        """This config with ``member_batch=None`` made concrete for ``backend`` (default JAX's): 1 on a CPU, where
-        vmapped fits were slower (docs/performance.md), ``GPU_MEMBER_BLOCK`` on a GPU. The runner resolves before it
-        records an algorithm's settings."""
-        if self.member_batch is not None:
-            return self
+        """This config with ``member_batch=None`` and ``threads=None`` made concrete for ``backend`` (default JAX's):
+        on a CPU one member after another (vmapped fits were slower, docs/performance.md) in one thread per usable
+        core; on a GPU blocks of ``GPU_MEMBER_BLOCK`` in one thread (its programs run asynchronously). The runner
+        resolves before it records an algorithm's settings."""
         gpu = (backend or jax.default_backend()) == "gpu"
-        return dataclasses.replace(self, member_batch=GPU_MEMBER_BLOCK if gpu else 1)
+        return dataclasses.replace(
+            self, member_batch=self.member_batch or (GPU_MEMBER_BLOCK if gpu else 1),
+            threads=self.threads or (1 if gpu else usable_cores()))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says, else ``os.cpu_count``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 GPU_MEMBER_BLOCK = 8  # fit.member_batch=None on a GPU: members fitted 8 side by side (docs/results/gpu_h100/)
@@ -243,21 +258,29 @@ def make_fit(loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order
 
 
 class MemberFit:
-    """``make_fit``'s fit over the members of a population, one compiled program.
+    """``make_fit``'s fit over the members of a population, one compiled program per example shape.
 
     Members are fitted in blocks of exactly ``block`` (``cfg.resolved().member_batch``, ``ltrjax.models.blocks``):
-    a population whose size is not a multiple of the block — a single member too — is padded with copies of its
-    first member, whose fits are dropped. A vmapped fit masks a member that has stopped while the others of its
-    block train on, so each member still stops at its own epoch; and since every block has the same width, a
-    member is computed by the same batched program wherever it sits, alone or in any population: bit-identical
+    a population whose size is not a multiple of the block — a single member too — is padded with members without
+    examples, whose fits are dropped (``fit_member_sets``). A vmapped fit masks a member that has stopped while the
+    others of its block train on, so each member still stops at its own epoch; and since every block has the same
+    width, a member is computed by the same batched program wherever it sits, alone or in any population: bit-identical
     (tests/test_train.py; a batch of another width, or none, rounds differently).
     ``block=1`` (a CPU's default) fits one member after another.
+
+    The program takes one block: a population's fits call it block after block, so it is the same program at every
+    population size (one compilation serves a population and its members run alone). ``threads``
+    (``cfg.resolved().threads``; a CPU's default: one per usable core) blocks run at once, each in a host thread: a
+    CPU program runs on the thread that calls it, so one member after another would keep one core busy.
     """
 
     def __init__(self, loss_fn: LossFn, cfg: FitConfig, shuffle: Callable = shuffled_order):
         self.cfg = cfg = cfg.resolved()
         self.fit = make_fit(loss_fn, cfg, shuffle)
         self.block = block = int(cfg.member_batch)
+        self.threads = int(cfg.threads)
+        self.shapes_run: set[tuple] = set()  # (train rows, val rows) of the blocks fitted so far
+        self.compiling = threading.Lock()  # held while a block of a new shape runs (and compiles) alone
 
         def member_fits(params, train, val, keys, table=None):  # named: compile logs and CompileMeter.programs show it
             return map_in_blocks(lambda member, table: self.fit(*member, table), (params, train, val, keys), block,
@@ -293,47 +316,90 @@ def key_seed(key: jax.Array) -> list[int]:
 def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndarray]],
                 vals: list[Mapping[str, np.ndarray]], keys: jax.Array, name: str,
                 capacity: tuple[int | None, int | None] = (None, None), table=None) -> tuple[Any, list[dict]]:
-    """Retrain every member of a population in one compiled, early-stopped program; returns (params, infos).
+    """Retrain every member of a population, early-stopped, block after block; returns (params, infos).
 
-    ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's
-    examples (host arrays; document ids ``doc`` are rows of ``table``, a ``DocumentTable``, gathered inside the
-    fit). Each member early-stops on its validation loss, or on its training loss
-    while it has no validation examples yet; all members are padded to one power-of-two size capped
-    at ``capacity`` (the most examples a split can hold), so a run compiles a handful of shapes. A
-    member with fewer than ``min_examples`` training examples is skipped: its parameters are kept.
-    With ``max_examples`` set, each member fits on a random subset of at most that many training and
-    validation examples (seeded by its key). Non-finite parameters are refused.
+    ``params`` and ``keys`` carry a leading member axis; ``trains[i]``/``vals[i]`` are member i's examples (host
+    arrays; document ids ``doc`` are rows of ``table``, a ``DocumentTable``, gathered inside the fit). The blocks
+    (``MemberFit``) run ``member_fit.threads`` at a time, each in a host thread. Each member early-stops on its
+    validation loss, or on its training loss while it has no validation examples yet; a block's members are padded
+    to one power-of-two size capped at ``capacity`` (the most examples a split can hold), so a run compiles a handful
+    of shapes (a fit does not depend on its padding). A member with fewer than ``min_examples`` training examples is
+    skipped: its parameters are kept. With ``max_examples`` set, each member fits on a random subset of at most that
+    many training and validation examples (seeded by its key). Non-finite parameters are refused.
     """
-    cfg = member_fit.cfg
-    n_train = [_length(t) for t in trains]
-    n_val = [_length(v) for v in vals]
-    if cfg.max_examples is not None:  # the same subset for a member whatever the population
-        seeds = [key_seed(k) for k in keys]
-        trains = [subsample(t, cfg.max_examples, s + [0]) for t, s in zip(trains, seeds)]
-        vals = [subsample(v, cfg.max_examples, s + [1]) for v, s in zip(vals, seeds)]
-    vals = [v if nv else t for t, v, nv in zip(trains, vals, n_val)]
-    train_size = max(padded_size(_length(t), capacity[0]) for t in trains)
-    val_size = max(padded_size(_length(v), capacity[1]) for v in vals)
-    # on the device at once: ids and counters, a few numbers per example (the features are gathered in the fit)
-    train = jax.device_put(stack_padded(trains, cfg.batch_size, train_size))
-    val = jax.device_put(stack_padded(vals, cfg.batch_size, val_size))
-    new, info = jax.device_get(member_fit.batched(params, train, val, keys, table))
-    del train, val
+    cfg, block = member_fit.cfg, member_fit.block
+    host_params = jax.device_get(params)  # small; each block's share is taken on the host
+    typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+    key_data = np.asarray(jax.random.key_data(keys) if typed else keys)
+    n = len(key_data)
+    if not len(trains) == len(vals) == n:
+        raise ValueError(f"{name}: {len(trains)} training and {len(vals)} validation sets for {n} members")
+    n_train, n_val, pending, outs = [], [], [], []
+    pool = concurrent.futures.ThreadPoolExecutor(member_fit.threads) if member_fit.threads > 1 and n > block else None
+    try:
+        for i, (train, val) in enumerate(zip(trains, vals)):
+            n_train.append(_length(train))
+            n_val.append(_length(val))
+            if cfg.max_examples is not None:  # the same subset for a member whatever the population
+                seed = key_seed(key_data[i])
+                train = subsample(train, cfg.max_examples, seed + [0])
+                val = subsample(val, cfg.max_examples, seed + [1])
+            pending.append((train, val if n_val[-1] else train))
+            if len(pending) == block or i == n - 1:
+                impl = jax.random.key_impl(keys) if typed else None
+                job = functools.partial(_fit_block, member_fit, host_params, key_data, impl, i + 1 - len(pending),
+                                        pending, capacity, table)
+                outs.append(pool.submit(job) if pool else job())
+                pending = []
+        new, info = jax.tree_util.tree_map(lambda *a: np.concatenate(a),
+                                           *[out.result() if pool else out for out in outs])
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
     trained = np.asarray(n_train) >= cfg.min_examples
     # on the host: the parameters are small, and each eager jnp op would be a program to compile
     new = jax.tree_util.tree_map(lambda a, b: np.where(trained.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new,
-                                 jax.device_get(params))
-    finite = np.ones(len(trains), bool)
+                                 host_params)
+    finite = np.ones(n, bool)
     for a in jax.tree_util.tree_leaves(new):
         finite &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
     if not finite.all():
         raise FloatingPointError(f"{name}: parameters of members {np.flatnonzero(~finite).tolist()} became "
                                  "non-finite after training")
-    info = {k: np.asarray(v) for k, v in info.items()}
     infos = []
-    for i in range(len(trains)):
+    for i in range(n):
         if not trained[i]:
             infos.append({"skipped": True, "n_train": n_train[i], "n_val": n_val[i]})
         else:
             infos.append({**{k: float(v[i]) for k, v in info.items()}, "n_train": n_train[i], "n_val": n_val[i]})
     return new, infos
+
+
+def _fit_block(member_fit: MemberFit, params, key_data: np.ndarray, key_impl, start: int, sets: list,
+               capacity: tuple[int | None, int | None], table):
+    """``member_fit.batched`` on the members ``start, start + 1, ...`` with examples ``sets``, padded to a block with
+    members without examples (their fits end at once; dropped); host (params, info) of the real members. The first
+    block of a new shape runs alone (it compiles the program; the other threads wait for it)."""
+    cfg, block, real = member_fit.cfg, member_fit.block, len(sets)
+    sets = sets + [tuple({k: v[:0] for k, v in d.items()} for d in sets[0])] * (block - real)
+    take = start + np.r_[np.arange(real), np.zeros(block - real, int)]
+    train_size = max(padded_size(_length(t), capacity[0]) for t, _ in sets)
+    val_size = max(padded_size(_length(v), capacity[1]) for _, v in sets)
+
+    def run():
+        # ids and counters, a few numbers per example (the features are gathered in the fit), handed to the program
+        # as host arrays (cheaper per call than device_put)
+        train = stack_padded([t for t, _ in sets], cfg.batch_size, train_size)
+        val = stack_padded([v for _, v in sets], cfg.batch_size, val_size)
+        keys = jax.random.wrap_key_data(key_data[take], impl=key_impl) if key_impl else key_data[take]
+        out = member_fit.batched(jax.tree_util.tree_map(lambda a: a[take], params), train, val, keys, table)
+        return jax.tree_util.tree_map(lambda a: a[:real], jax.device_get(out))
+
+    shape = (train_size, val_size)
+    if shape not in member_fit.shapes_run:
+        with member_fit.compiling:
+            if shape not in member_fit.shapes_run:
+                out = run()
+                member_fit.shapes_run.add(shape)
+                return out
+    return run()

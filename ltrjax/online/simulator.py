@@ -425,14 +425,14 @@ def per_member(box: list, trial_of: np.ndarray):
 
 def fold_member_keys(trials: list[TrialKeys], trial_of: np.ndarray, field: str, *data: int) -> np.ndarray:
     """[M] keys: every member's ``field`` key of its trial (``TrialKeys``) folded with ``data`` in turn
-    (``jax.random.fold_in`` computed on the host: ``host_random``)."""
-    keys = []
-    for t in trial_of:
+    (``jax.random.fold_in`` computed on the host: ``host_random``), once per trial."""
+    folded = {}
+    for t in dict.fromkeys(int(t) for t in trial_of):
         key = getattr(trials[t], field)
         for d in data:
             key = host_random.fold_in(key, d)
-        keys.append(key)
-    return np.stack(keys)
+        folded[t] = key
+    return np.stack([folded[int(t)] for t in trial_of])
 
 
 @dataclasses.dataclass
