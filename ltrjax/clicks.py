@@ -183,16 +183,16 @@ class ClickModel:
 
 
 def _zeros_aux(n_positions: int, n_grades: int = 1):
-    # NumPy zeros put on the device: an eager jnp.zeros is a program to compile per shape
-    return (jnp.asarray(np.zeros((n_grades, n_positions), np.float32)),
-            jnp.asarray(np.zeros((n_grades,), np.float32)))
+    # NumPy zeros put on the device: an eager jnp.zeros (or jnp.asarray of a NumPy array) is a program to compile
+    return (jax.device_put(np.zeros((n_grades, n_positions), np.float32)),
+            jax.device_put(np.zeros((n_grades,), np.float32)))
 
 
 def pbm(theta) -> ClickModel:
     """Position-based model: P(c=1 | d, k) = theta_k R_d."""
     theta = jnp.asarray(theta, jnp.float32)
     matrix, stop = _zeros_aux(theta.shape[0])
-    return ClickModel(alpha=theta, beta=jnp.asarray(np.zeros(theta.shape, np.float32)), examination=theta,
+    return ClickModel(alpha=theta, beta=jax.device_put(np.zeros(theta.shape, np.float32)), examination=theta,
                       matrix=matrix, stop=stop, cascade_click=stop, kind="affine")
 
 

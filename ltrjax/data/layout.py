@@ -203,12 +203,13 @@ def pad_and_bucket(qs: QuerySet, n_buckets: int = 4, multiple: int = 8, merge_to
         doc_row[doc_mask] = np.arange(int(doc_mask.sum()), dtype=np.int32)  # row-major: query after query
         buckets[b] = Bucket(
             doc_features=bucket_documents(source, position[flat[doc_mask]]),
-            doc_row=jnp.asarray(doc_row),
-            labels=jnp.asarray(labels),
-            doc_mask=jnp.asarray(doc_mask),
-            n_docs=jnp.asarray(n_docs.astype(np.int32)),  # converted by NumPy: no program to compile
-            split=jnp.asarray(np.asarray(qs.split[rows], np.int32)),
-            query_index=jnp.asarray(rows.astype(np.int32)),
+            # device_put: jnp.asarray of a NumPy array is a program (lax.stage) to compile per shape
+            doc_row=jax.device_put(doc_row),
+            labels=jax.device_put(labels),
+            doc_mask=jax.device_put(doc_mask),
+            n_docs=jax.device_put(n_docs.astype(np.int32)),
+            split=jax.device_put(np.asarray(qs.split[rows], np.int32)),
+            query_index=jax.device_put(rows.astype(np.int32)),
         )
         if features is not None and done + 1 < len(order):  # keep only the rows of the buckets still to lay out
             alive = np.flatnonzero(np.isin(doc_bucket, order[done + 1:]))

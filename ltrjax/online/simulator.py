@@ -212,7 +212,7 @@ def bucket_gains(labels: tuple, masks: tuple, discount: jax.Array, y_max: int, m
 def ndcg_discount(config: SimConfig, click_model: click_lib.ClickModel) -> jax.Array:
     """The per-position NDCG discount of the protocol (see ``SimConfig.discount``)."""
     theta_host = np.asarray(click_model.examination)[: config.top_k]  # sliced and tested by NumPy: no program
-    theta = jnp.asarray(theta_host)
+    theta = jax.device_put(theta_host)  # jnp.asarray would compile a program (lax.stage)
     if config.discount == "examination":
         return theta
     if config.discount == "log2":

@@ -70,10 +70,11 @@ class QueryConstants:
 
 def query_constants(bucket: Bucket, gains: jax.Array, idcg: jax.Array) -> QueryConstants:
     """The bucket's ``QueryConstants``: its gains, labels, ideal DCGs and document counts with a zero row. Built
-    once per simulator, on the host (NumPy, then one device copy each: no program to compile)."""
+    once per simulator, on the host (NumPy, then one device copy each: no program to compile; ``jnp.asarray`` of a
+    NumPy array would be one, ``lax.stage``)."""
     def pad(a):
         a = np.asarray(a)
-        return jnp.asarray(np.concatenate([a, np.zeros((1,) + a.shape[1:], a.dtype)]))
+        return jax.device_put(np.concatenate([a, np.zeros((1,) + a.shape[1:], a.dtype)]))
 
     return QueryConstants(gains=pad(gains), labels=pad(bucket.labels), idcg=pad(idcg), n_docs=pad(bucket.n_docs))
 
