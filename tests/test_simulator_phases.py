@@ -113,3 +113,37 @@ def test_heap_is_trimmed_only_for_large_simulators(monkeypatch):
     assert large.trims_heap
     result = large.run(policy, toy_sims.KEYS[0], progress=False)
     assert len(calls) == 1 + len(result.train_info) + 1  # the warm-up, each retrain, the chunk
+
+
+def test_retrain_views_in_blocks_are_each_members_views(monkeypatch):
+    """``retrain_views`` computes and copies blocks of members at once (as many as ``VIEW_BLOCK_BYTES`` holds, the
+    last block starting early so all have one width): with blocks of 2 of 5 members, and with all 5 in one block,
+    member i's counters and entered masks are its own state's in dataset order (``counters_in_dataset_order``,
+    ``entered_mask``) whatever the order they are read in."""
+    from ltrjax.online import simulator as sim_lib
+    from ltrjax.online.policies.base import member
+    from ltrjax.online.state import counters_in_dataset_order, entered_mask
+
+    sim = toy_sims.small_sim()
+    rng = np.random.default_rng(0)
+
+    def with_counts(state):  # every member's counters its own random numbers
+        counts = {name: None if c is None else jnp.asarray(rng.random(c.shape, np.float32))
+                  for name, c in dataclasses.asdict(state.counters).items()}
+        return state.replace(counters=state.counters.replace(**counts))
+
+    members = [[with_counts(st) for st in sim.init_states(jax.random.PRNGKey(s))] for s in range(5)]
+    stacked = [jax.tree_util.tree_map(lambda *a: jnp.stack(a), *per_bucket) for per_bucket in zip(*members)]
+    names = ("clicks", "impressions")
+    slots = sum(int(np.prod(s.order.shape[1:])) for s in stacked)
+    for per_block in (2, 5):
+        monkeypatch.setattr(sim_lib, "VIEW_BLOCK_BYTES", per_block * slots * (4 * len(names) + 1))
+        counters, entered = sim_lib.retrain_views(stacked, names, 5)
+        for i in (4, 0, 3, 1, 2):
+            for b, state in enumerate(members[i]):
+                want = counters_in_dataset_order(state, names)
+                got = member(counters, i)[b]
+                for name in names:
+                    np.testing.assert_array_equal(getattr(got, name), np.asarray(getattr(want, name)))
+                assert got.exposure is None
+                np.testing.assert_array_equal(member(entered, i)[b], np.asarray(entered_mask(state)))
