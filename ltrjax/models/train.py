@@ -52,11 +52,11 @@ class FitConfig(FitFields, block="fit", learning_rate=0.01, batch_size=256, max_
 
     optimizer: Annotated[str, OneOf(optimizer_names)] = "adam"  # also lbfgs (full batch)
     min_examples: NonNegativeInt = 1
-    # members fitted side by side (vmap) in blocks of exactly this width, a short population padded to it; 1 = one
-    # after another (lax.map); None = by backend, 1 on a CPU and GPU_MEMBER_BLOCK on a GPU (``resolved``)
+    # members fitted side by side (vmap) in blocks of exactly this width, a short last block padded to it; 1 = one
+    # member per fit; None = by backend, 1 on a CPU and GPU_MEMBER_BLOCK on a GPU (``resolved``)
     member_batch: PositiveInt | None = None
-    # the members' fits run as this many equal shares at once, each in a host thread (a CPU program runs on the
-    # thread that calls it); None = by backend, the usable cores on a CPU and 1 on a GPU (``resolved``)
+    # this many blocks fit at once, each called from a host thread (a CPU program runs on the thread that calls
+    # it); None = by backend, the usable cores on a CPU and 1 on a GPU (``resolved``)
     threads: PositiveInt | None = None
     max_examples: PositiveInt | None = None  # fit on a random subset of at most this many train (and val) examples
     lbfgs_memory: PositiveInt = 10  # optimizer=lbfgs: past updates kept by L-BFGS
@@ -262,10 +262,10 @@ class MemberFit:
 
     Members are fitted in blocks of exactly ``block`` (``cfg.resolved().member_batch``, ``ltrjax.models.blocks``):
     a population whose size is not a multiple of the block — a single member too — is padded with members without
-    examples, whose fits are dropped (``fit_member_sets``). A vmapped fit masks a member that has stopped while the
+    examples, whose fits are dropped (``fit_members``). A vmapped fit masks a member that has stopped while the
     others of its block train on, so each member still stops at its own epoch; and since every block has the same
-    width, a member is computed by the same batched program wherever it sits, alone or in any population: bit-identical
-    (tests/test_train.py; a batch of another width, or none, rounds differently).
+    width, a member is computed by the same batched program wherever it sits, alone or in any population:
+    bit-identical (tests/test_train.py; a batch of another width, or none, rounds differently).
     ``block=1`` (a CPU's default) fits one member after another.
 
     The program takes one block: a population's fits call it block after block, so it is the same program at every
@@ -334,6 +334,7 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
     n = len(key_data)
     if not len(trains) == len(vals) == n:
         raise ValueError(f"{name}: {len(trains)} training and {len(vals)} validation sets for {n} members")
+    impl = jax.random.key_impl(keys) if typed else None
     n_train, n_val, pending, outs = [], [], [], []
     pool = concurrent.futures.ThreadPoolExecutor(member_fit.threads) if member_fit.threads > 1 and n > block else None
     try:
@@ -346,7 +347,6 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
                 val = subsample(val, cfg.max_examples, seed + [1])
             pending.append((train, val if n_val[-1] else train))
             if len(pending) == block or i == n - 1:
-                impl = jax.random.key_impl(keys) if typed else None
                 job = functools.partial(_fit_block, member_fit, host_params, key_data, impl, i + 1 - len(pending),
                                         pending, capacity, table)
                 outs.append(pool.submit(job) if pool else job())
