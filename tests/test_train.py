@@ -110,6 +110,16 @@ def test_threads_and_population_size_do_not_change_a_fit():
             np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(c)[0])
 
 
+def test_an_error_in_a_fit_thread_reaches_the_caller():
+    """A block that fails in one of ``fit.threads``' host threads (here member 3's examples have another feature
+    width, so the fit cannot be traced for its block) raises in ``fit_members``, not silently dropping the member."""
+    data = [regression(300, seed=s) for s in range(5)]
+    data[3] = regression(300, dim=4, seed=3)
+    fit = MemberFit(linear_loss, FitConfig(max_epochs=3, member_batch=1, threads=2))
+    with pytest.raises(TypeError, match="dot_general"):
+        fit_members(fit, init(members=5), data, data, jax.random.split(jax.random.PRNGKey(0), 5), "t")
+
+
 def test_backend_defaults_resolve_per_backend():
     """``fit.member_batch=None``, ``fit.threads=None`` and ``sim.click_rng="auto"`` become concrete per backend
     (GPU: fits in blocks of ``GPU_MEMBER_BLOCK`` in one thread, clicks drawn on the device; CPU: one member per fit,
