@@ -302,3 +302,25 @@ def test_configs_build_policies(toy, name, cls, setting):
         assert policy.epsilon == 1.0 and list(tune["epsilon"]) == [0, 1, 10]
     else:
         assert not tune
+
+
+def test_behaviour_features_on_host_counters_are_numpy_and_equal_the_device_ones():
+    """A retrain's examples are host arrays: the behaviour features and targets of NumPy counters are computed by
+    NumPy (an eager jnp operation compiled a program for every new example count) and equal, bit for bit, the
+    same functions compiled (as inside the session scan), unseen documents included."""
+    rng = np.random.default_rng(0)
+    n = 1000
+    impressions = rng.integers(0, 4, n).astype(np.float32) * rng.integers(0, 50, n).astype(np.float32)
+    clicks = np.floor(impressions * rng.random(n, dtype=np.float32))
+    theta = rng.uniform(0.1, 1.0, n).astype(np.float32)
+    counters = DocCounters(clicks=clicks, ips_clicks=clicks / theta, impressions=impressions,
+                           exposure=impressions * theta, alpha_sum=impressions * theta * 0.9,
+                           beta_sum=impressions * np.float32(0.05))
+    assert (impressions == 0).any() and (impressions > 0).any()
+    fns = {"ctr": lambda c: behav.ctr(c), "ctr1": lambda c: behav.ctr(c, 1.0), "delta": behav.delta,
+           "cn": behav.clicks_over_exposure, "cf_target": behav.cf_target}
+    for name, fn in fns.items():
+        host = fn(counters)
+        device = np.asarray(jax.jit(fn)(jax.tree_util.tree_map(jnp.asarray, counters)))
+        assert isinstance(host, np.ndarray) and host.dtype == np.float32, name
+        np.testing.assert_array_equal(host, device, err_msg=name)

@@ -2,7 +2,8 @@
 
 Every function here is a pure, elementwise function of ``DocCounters`` (any shape: one query's
 row [Db] inside the session scan, or a bucket [Qb, Db] for evaluation), so the same code serves
-the per-session logging scores and the offline Warm/Cold evaluation.
+the per-session logging scores and the offline Warm/Cold evaluation; on host (NumPy) counters, a
+retrain's examples, it computes with NumPy.
 
 Features (``FEATURES``):
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ltrjax.online.state import DocCounters
 
@@ -58,6 +60,10 @@ def check_setting(name: str) -> str:
 
 
 def _safe_ratio(num, den, seen, unseen: float):
+    if all(isinstance(a, (np.ndarray, np.generic)) for a in (num, den, seen)):
+        # host arrays (a retrain's examples): NumPy, the same float32 operations; an eager jnp op here compiled a
+        # program for every new example count
+        return np.where(seen, num / np.where(seen, den, 1.0), np.asarray(unseen, np.result_type(num, den)))
     return jnp.where(seen, num / jnp.where(seen, den, 1.0), jnp.asarray(unseen, jnp.result_type(num, den)))
 
 

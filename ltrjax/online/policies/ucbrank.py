@@ -50,6 +50,7 @@ from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.mc_dropout import ACTIVATIONS, N_PASSES, MCDropoutMLP
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
+from ltrjax.online import host_random
 from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.policies.counterfactual import counters_of, fit_examples
 from ltrjax.online.state import DocCounters
@@ -204,7 +205,7 @@ class UCBRank(Policy):
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's MLP in one compiled fit (fit_members): MSE to Delta (Eq. 8)."""
-        split_keys = jax.vmap(jax.random.split)(keys)
+        split_keys = np.asarray(jax.vmap(jax.random.split)(keys))
         trains, vals, n_vals = [], [], []
         for i, split_docs in enumerate(member_splits(data, counters, entered, len(logs), self.min_impressions)):
             train, val = (self.examples(docs) for docs in split_docs)
@@ -212,7 +213,8 @@ class UCBRank(Policy):
             if not n_vals[-1]:  # early-stop on the (dropout-free) training loss until validation data exist
                 val = dict(train)
             # per-example dropout seeds (mc_dropout.example_masks): their presence makes the loss use dropout
-            train["seed"] = np.asarray(jax.random.bits(split_keys[i, 1], (len(train["target"]),), jnp.uint32))
+            # (jax.random.bits' bits, drawn by NumPy: an eager draw compiled a program for every new example count)
+            train["seed"] = host_random.random_bits(split_keys[i, 1], (len(train["target"]),))
             trains.append(train)
             vals.append(val)
         model, infos = fit_members(self._fit, params["model"], trains, vals, split_keys[:, 0], self.name,
