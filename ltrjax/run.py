@@ -119,11 +119,33 @@ def main(cfg: DictConfig) -> float | None:
         to_run_log(f"ltrjax: {err}")
         sys.exit(2)
     except KeyboardInterrupt:
-        line = (f"ltrjax: interrupted; the finished trials are kept in {out_dir}: rerun the same command with "
-                f"hydra.run.dir={out_dir} to resume")
-        print(f"\n{line}", file=sys.stderr)
-        to_run_log(line)
-        sys.exit(130)
+        interrupted(out_dir)
+    except SystemError as err:
+        if not raised_by_interrupt(err):
+            raise
+        interrupted(out_dir)
+
+
+def raised_by_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` was raised because of a ``KeyboardInterrupt`` (in its cause or context chain): Ctrl-C while C
+    code runs a Python callback (NumPy asking a JAX scalar type for its dtype) surfaces as ``SystemError: ...
+    returned a result with an exception set``, the interrupt as its context."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def interrupted(out_dir: Path) -> None:
+    """Say where the finished trials are and how to resume; exit 130."""
+    line = (f"ltrjax: interrupted; the finished trials are kept in {out_dir}: rerun the same command with "
+            f"hydra.run.dir={out_dir} to resume")
+    print(f"\n{line}", file=sys.stderr)
+    to_run_log(line)
+    sys.exit(130)
 
 
 def cli() -> None:

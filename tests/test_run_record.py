@@ -384,3 +384,27 @@ def test_ctrl_c_inside_a_gc_callback_is_sent_again_not_lost(monkeypatch):
     assert seen and resent == [True]
     with pytest.raises(KeyboardInterrupt):
         run_module.on_interrupt(signal.SIGINT, sys._getframe())
+
+
+def test_ctrl_c_surfacing_as_a_system_error_is_an_interrupt():
+    """Ctrl-C while C code runs a Python callback (NumPy asking a JAX scalar type for its dtype, seen once in
+    ``test_ctrl_c_says_how_to_resume``) reaches the run as ``SystemError: ... returned a result with an exception
+    set`` with the ``KeyboardInterrupt`` as its context: the run then exits 130 as for any Ctrl-C
+    (``raised_by_interrupt``); a SystemError of its own is not an interrupt."""
+    from ltrjax.run import raised_by_interrupt
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("<function __numpy_dtype__> returned a result with an exception set")
+    except SystemError as err:
+        assert raised_by_interrupt(err)
+    assert not raised_by_interrupt(SystemError("a bug of its own"))
+    try:
+        try:
+            raise ValueError("not an interrupt")
+        except ValueError as inner:
+            raise SystemError("wrapped") from inner
+    except SystemError as err:
+        assert not raised_by_interrupt(err)
