@@ -347,12 +347,17 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
                 val = subsample(val, cfg.max_examples, seed + [1])
             pending.append((train, val if n_val[-1] else train))
             if len(pending) == block or i == n - 1:
+                # with threads, each waits for its block (so that the threads' programs run side by side); else
+                # the blocks are queued and fetched at once (a GPU runs them while the next ones are stacked)
                 job = functools.partial(_fit_block, member_fit, host_params, key_data, impl, i + 1 - len(pending),
-                                        pending, capacity, table)
+                                        pending, capacity, table, fetch=pool is not None)
                 outs.append(pool.submit(job) if pool else job())
                 pending = []
+        blocks = [out.result() if pool else out for out in outs]
+        fetched = jax.device_get([out for out, _ in blocks])
         new, info = jax.tree_util.tree_map(lambda *a: np.concatenate(a),
-                                           *[out.result() if pool else out for out in outs])
+                                           *[jax.tree_util.tree_map(lambda a: a[:real], out)
+                                             for out, (_, real) in zip(fetched, blocks)])
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
@@ -376,10 +381,11 @@ def fit_members(member_fit: MemberFit, params, trains: list[Mapping[str, np.ndar
 
 
 def _fit_block(member_fit: MemberFit, params, key_data: np.ndarray, key_impl, start: int, sets: list,
-               capacity: tuple[int | None, int | None], table):
+               capacity: tuple[int | None, int | None], table, fetch: bool):
     """``member_fit.batched`` on the members ``start, start + 1, ...`` with examples ``sets``, padded to a block with
-    members without examples (their fits end at once; dropped); host (params, info) of the real members. The first
-    block of a new shape runs alone (it compiles the program; the other threads wait for it)."""
+    members without examples (their fits end at once); ((params, info) of the whole block, on the host if ``fetch``,
+    the number of real members first in it). The first block of a new shape runs alone (it compiles the program;
+    the other threads wait for it)."""
     cfg, block, real = member_fit.cfg, member_fit.block, len(sets)
     sets = sets + [tuple({k: v[:0] for k, v in d.items()} for d in sets[0])] * (block - real)
     take = start + np.r_[np.arange(real), np.zeros(block - real, int)]
@@ -393,7 +399,7 @@ def _fit_block(member_fit: MemberFit, params, key_data: np.ndarray, key_impl, st
         val = stack_padded([v for _, v in sets], cfg.batch_size, val_size)
         keys = jax.random.wrap_key_data(key_data[take], impl=key_impl) if key_impl else key_data[take]
         out = member_fit.batched(jax.tree_util.tree_map(lambda a: a[take], params), train, val, keys, table)
-        return jax.tree_util.tree_map(lambda a: a[:real], jax.device_get(out))
+        return (jax.device_get(out) if fetch else out), real
 
     shape = (train_size, val_size)
     if shape not in member_fit.shapes_run:
