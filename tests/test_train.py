@@ -61,13 +61,15 @@ def test_lbfgs_members_fit_independently():
         np.testing.assert_allclose(np.asarray(both["w"][i]), np.asarray(one["w"][0]), rtol=1e-5, atol=1e-6)
 
 
-def test_member_blocks_fit_a_member_bit_for_bit_wherever_it_sits():
+@pytest.mark.parametrize("threads", [1, 2])  # blocks queued and fetched at once / each fetched in its thread
+def test_member_blocks_fit_a_member_bit_for_bit_wherever_it_sits(threads):
     """``member_batch=B`` vmaps members in blocks of exactly B, a short population padded with copies of its first
     member: a member fitted alone (padded to a block), in a population of 5 (blocks of 2, the last padded) and in
     one of 4 (whole blocks, no padding: a GPU fused that case differently until the blocks were fenced), at another
     place in its block, is the same fit bit for bit, and each member still stops at its own epoch (their data
     differ in size and noise, so they stop at different epochs: the masking inside a block is exercised)."""
-    cfg = FitConfig(learning_rate=0.05, batch_size=64, max_epochs=40, patience=1, min_delta=0.0, member_batch=2)
+    cfg = FitConfig(learning_rate=0.05, batch_size=64, max_epochs=40, patience=1, min_delta=0.0, member_batch=2,
+                    threads=threads)
     data = [regression(n, seed=s, noise=z) for s, (n, z) in enumerate([(200, 0.1), (900, 2.0), (450, 0.5),
                                                                         (700, 1.0), (300, 3.0)])]
     fit = MemberFit(linear_loss, cfg)
