@@ -143,7 +143,11 @@ REPORTING_KEYS = ("history_splits",)
 # bit for bit the same, tests/test_padding.py): recorded in the header, ignored by resume and compare_runs.py
 PERFORMANCE_KEYS = ("segment_widths", "width_classes")
 NON_PROTOCOL_KEYS = REPORTING_KEYS + PERFORMANCE_KEYS
-ROW_IGNORED = tuple(f"sim.{k}" for k in NON_PROTOCOL_KEYS)  # the same keys in a row's recorded settings
+# algorithm keys that change only which host threads run the same fits (bit for bit the same fits,
+# tests/test_train.py; the default is the machine's core count): recorded in a row, ignored by resume
+ALGORITHM_PERFORMANCE_KEYS = ("fit.threads",)
+ROW_IGNORED = (tuple(f"sim.{k}" for k in NON_PROTOCOL_KEYS)  # the same keys in a row's recorded settings
+               + tuple(f"algorithm.{k}" for k in ALGORITHM_PERFORMANCE_KEYS))
 
 
 def protocol_of(sim: dict | None) -> dict | None:

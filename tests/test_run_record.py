@@ -408,3 +408,23 @@ def test_ctrl_c_surfacing_as_a_system_error_is_an_interrupt():
             raise SystemError("wrapped") from inner
     except SystemError as err:
         assert not raised_by_interrupt(err)
+
+
+def test_fit_threads_is_performance_only(tmp_path):
+    """``fit.threads`` changes which host threads fit the members, not the fits (tests/test_train.py): a row recorded
+    before the key existed, or with another thread count (another machine), resumes; another fit key is refused."""
+    from ltrjax.report.online_report import METRICS
+    from ltrjax.report.results import ResultsWriter
+
+    fit = {"member_batch": 1, "patience": 0}
+    row = {"key": "ebrank", "seed": 0, "algorithm": {"epsilon": 1.0, "fit": fit}}
+    old = {"dataset": "toy", "sim": {"top_k": 5},
+           "algorithms": {"ebrank": {"settings": row, "trials": [{"seed": 0, "cum_ndcg": 1.0}]}}}
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    for threads in (2, 16):
+        mine = {**row, "algorithm": {"epsilon": 1.0, "fit": {**fit, "threads": threads}}}
+        assert ResultsWriter(tmp_path, {"dataset": "toy", "sim": {"top_k": 5}}, METRICS, {"ebrank": mine}).resume() == 1
+        assert record.check_rows(tmp_path, "online", {"ebrank": mine})
+    other = {**row, "algorithm": {"epsilon": 1.0, "fit": {**fit, "threads": 2, "patience": 5}}}
+    with pytest.raises(record.RunFolderError, match="algorithm.fit.patience"):
+        record.check_rows(tmp_path, "online", {"ebrank": other})
