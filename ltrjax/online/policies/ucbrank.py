@@ -42,7 +42,6 @@ from typing import Annotated
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from ltrjax.constraints import NonNegative, OneOf, PositiveInt, PositiveInts, Range
@@ -205,7 +204,7 @@ class UCBRank(Policy):
 
     def update_population(self, keys, params, hyper, data, counters, entered, logs):
         """Every member's MLP in one compiled fit (fit_members): MSE to Delta (Eq. 8)."""
-        split_keys = np.asarray(jax.vmap(jax.random.split)(keys))
+        split_keys = host_random.split(keys)  # [M, 2, 2], jax.vmap(jax.random.split)'s keys
         trains, vals, n_vals = [], [], []
         for i, split_docs in enumerate(member_splits(data, counters, entered, len(logs), self.min_impressions)):
             train, val = (self.examples(docs) for docs in split_docs)
