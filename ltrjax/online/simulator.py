@@ -374,11 +374,12 @@ def retrain_views(states, names: tuple[str, ...], n_members: int) -> tuple[Membe
     def block(start: int):
         return jax.device_get(_members_dataset_order_views(tuple(states), np.int32(start), names, count))
 
-    def read(i: int):
+    def read(i: int, part: int):  # part 0: the counters, 1: the entered masks (only that part is sliced)
         start = min(i - i % count, n_members - count)
-        return jax.tree_util.tree_map(lambda a: a[i - start], block(start))
+        return jax.tree_util.tree_map(lambda a: a[i - start], block(start)[part])
 
-    return MemberViews(lambda i: read(i)[0], n_members), MemberViews(lambda i: read(i)[1], n_members)
+    return (MemberViews(functools.partial(read, part=0), n_members),
+            MemberViews(functools.partial(read, part=1), n_members))
 
 
 def resolve_hyper(policy: Policy, hyper) -> Any:
