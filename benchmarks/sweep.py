@@ -26,7 +26,8 @@ the members' trajectories part, which ``max_abs_diff`` and ``same_choice`` then 
 
 ``--member-batch B`` sets EBRank's ``fit.member_batch`` (both runs: fits vmapped in blocks of exactly B, the serial
 run's single member padded to a block; default: the backend's, 1 on a CPU and 8 on a GPU); trailing arguments are
-Hydra overrides. ``member_batch`` and ``click_rng`` (as resolved for the backend) and ``overrides`` are in the JSON.
+Hydra overrides. ``member_batch``, ``click_rng`` and ``retrain_examples`` (as resolved for the backend) and ``overrides``
+are in the JSON.
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ def main(argv=None) -> dict:
         "tune_split": tune_split,
         "member_batch": int(policy.fit_config.resolved().member_batch),  # the fits' vmap block (1: one after another)
         "click_rng": str(cfg.sim.click_rng),
+        "retrain_examples": str(cfg.sim.retrain_examples),
         "overrides": member_batch + list(args.overrides),
         "members": len(keys),
         "seeds": len(seeds),

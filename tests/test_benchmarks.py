@@ -57,6 +57,7 @@ def test_sweep_smoke_population_equals_serial(capsys):
     assert out["compiles"] == out["population_compiles"] + out["serial_compiles"]
     assert out["compile_seconds"] == pytest.approx(out["population_compile_seconds"] + out["serial_compile_seconds"])
     assert out["member_batch"] == 1 and out["overrides"] == [] and out["click_rng"] == "host"  # ebrank.yaml's
+    assert out["retrain_examples"] == ("device" if jax.default_backend() == "gpu" else "host")  # resolved
     assert out["backend"] == jax.default_backend() and out["jax_version"] == jax.__version__
 
 

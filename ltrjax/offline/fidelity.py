@@ -136,7 +136,7 @@ def basis_posterior(n_queries: int = 300, copies: int = 2, noise_features: int =
 def query_ndcg10(scores, qs) -> float:
     """Mean NDCG@10 (gain 2^y - 1) over the queries of ``qs`` with a relevant document, ranking by ``scores``
     (one per document of ``qs``)."""
-    import jax.numpy as jnp
+    import jax
 
     from ltrjax.metrics import exp_gain, log2_discount, ndcg_at_k
 
@@ -147,8 +147,9 @@ def query_ndcg10(scores, qs) -> float:
     mask = slot < sizes[:, None]
     idx = np.where(mask, offsets[:-1, None] + slot, 0)
     labels = np.where(mask, np.asarray(qs.labels)[idx], 0)
-    nd = np.asarray(ndcg_at_k(jnp.asarray(np.asarray(scores, np.float32)[idx]), exp_gain(jnp.asarray(labels)),
-                              jnp.asarray(mask), log2_discount(10)))
+    # jax.device_put, not jnp.asarray: in this JAX, jnp.asarray of a NumPy array compiles a program per shape
+    nd = np.asarray(ndcg_at_k(jax.device_put(np.asarray(scores, np.float32)[idx]),
+                              exp_gain(jax.device_put(labels)), jax.device_put(mask), log2_discount(10)))
     has = (labels > 0).any(1)
     return float(nd[has].mean())
 
@@ -292,7 +293,7 @@ def mean_observation_ndcg(trial, exp, fr) -> float:
 def shuffled_positions(logged, copies: int, seed: int):
     """``copies`` copies of every logged list, each with its displayed documents in a random order (padding
     stays last): every document is then seen at several positions, so P(T | X) overlaps (Vectorization §4.3)."""
-    import jax.numpy as jnp
+    import jax
 
     rng = np.random.default_rng(seed)
     mask = np.asarray(logged.mask)
@@ -303,10 +304,10 @@ def shuffled_positions(logged, copies: int, seed: int):
             n = int(mask[i].sum())
             idx[c * q + i] = np.concatenate([rng.permutation(n), np.arange(n, k)])
     rows = np.tile(np.arange(q), copies)
-    take = lambda a: jnp.asarray(np.take_along_axis(np.asarray(a)[rows], idx.reshape(idx.shape + (1,) * (np.asarray(a).ndim - 2)), axis=1))  # noqa: E731
+    take = lambda a: jax.device_put(np.take_along_axis(np.asarray(a)[rows], idx.reshape(idx.shape + (1,) * (np.asarray(a).ndim - 2)), axis=1))  # noqa: E731
     return logged.replace(features=take(logged.features), labels=take(logged.labels), relevance=take(logged.relevance),
                           mask=take(logged.mask), doc_index=take(logged.doc_index),
-                          query_index=jnp.asarray(np.asarray(logged.query_index)[rows]))
+                          query_index=jax.device_put(np.asarray(logged.query_index)[rows]))
 
 
 def compare(qs, cfg, seeds, estimators, log=None, shuffle_copies: int = 0) -> dict:

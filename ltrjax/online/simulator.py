@@ -44,6 +44,7 @@ from ltrjax.online import host_random
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import MemberViews, Policy, SessionLog, member, stack_members
+from ltrjax.online.retrain_documents import DocumentCells, RetrainDocuments, document_cells
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
                                     padded_steps, update_points, width_ladder)
 from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
@@ -59,8 +60,9 @@ DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("auto", "host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder", "classes")
+RETRAIN_EXAMPLES = ("auto", "host", "device")
 CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
-# the sim keys that change only what is reported (history_splits) or how fast (segment_widths):
+# the sim keys that change only what is reported (history_splits) or how fast (segment_widths, retrain_examples):
 # ltrjax.record.REPORTING_KEYS, PERFORMANCE_KEYS
 
 
@@ -101,6 +103,10 @@ class SimConfig:
     # for the phase's sessions (``choose_class_widths``; each class is one more copy of the session step to
     # compile); null: every rung from K to the phase's width
     width_classes: PositiveInt | None = 3
+    # where a retrain filters its eligible documents out of the counters: "host" = every counter brought to the host
+    # and filtered by NumPy (faster on a 2-core CPU), "device" = filtered and compacted on the device, only the
+    # eligible documents brought back (``retrain_documents``); "auto" = "device" on a GPU, else "host". Same examples
+    retrain_examples: Annotated[str, OneOf(RETRAIN_EXAMPLES)] = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "initial_docs", tuple(self.initial_docs))
@@ -123,13 +129,13 @@ class SimConfig:
         return cls(**strict_fields(cls, cfg, "sim"))  # __post_init__ makes initial_docs a tuple
 
     def resolved(self, backend: str | None = None) -> "SimConfig":
-        """This config with ``click_rng="auto"`` made concrete for ``backend`` (default JAX's): ``"device"`` on a GPU,
-        ``"host"`` elsewhere. The runner resolves before it records the settings, so a results folder names the
-        draws it used, and a rerun on another backend is refused rather than mixing them."""
-        if self.click_rng != "auto":
-            return self
+        """This config with ``click_rng="auto"`` and ``retrain_examples="auto"`` made concrete for ``backend``
+        (default JAX's): ``"device"`` on a GPU, ``"host"`` elsewhere. The runner resolves before it records the
+        settings, so a results folder names the draws it used, and a rerun on another backend is refused rather
+        than mixing them (``retrain_examples`` changes no result: resume ignores it)."""
         gpu = (backend or jax.default_backend()) == "gpu"
-        return dataclasses.replace(self, click_rng="device" if gpu else "host")
+        auto = {k: "device" if gpu else "host" for k in ("click_rng", "retrain_examples") if getattr(self, k) == "auto"}
+        return dataclasses.replace(self, **auto) if auto else self
 
     @property
     def n_segments(self) -> int:
@@ -361,12 +367,15 @@ def _members_dataset_order_views(states, start, names, count):
     return jax.lax.map(one, start + jnp.arange(count))
 
 
-def retrain_views(states, names: tuple[str, ...], n_members: int) -> tuple[MemberViews, MemberViews]:
+def retrain_views(states, names: tuple[str, ...], n_members: int, cells: DocumentCells | None = None
+                  ) -> tuple[MemberViews, MemberViews]:
     """A retrain's per-member counters ``names`` and entered masks in dataset order, as ``MemberViews``: computed
     on the device and brought to the host when read, for as many members at once as ``VIEW_BLOCK_BYTES`` holds (all
     of a population at MQ2007 size, one at MSLR-30K size: a retrain holds one block's copy at a time, not the
     population's); the last block is kept for its members' other reads. Blocks all have one width (the last one
-    starts early), so a population compiles one program."""
+    starts early), so a population compiles one program. With the layout's ``cells`` (``sim.retrain_examples=
+    device``) the counters also carry ``documents``: the eligible documents filtered on the device
+    (``RetrainDocuments``)."""
     slots = sum(int(np.prod(s.order.shape[1:])) for s in states)
     count = int(max(1, min(n_members, VIEW_BLOCK_BYTES // (slots * (4 * len(names) + 1)))))
 
@@ -378,7 +387,9 @@ def retrain_views(states, names: tuple[str, ...], n_members: int) -> tuple[Membe
         start = min(i - i % count, n_members - count)
         return jax.tree_util.tree_map(lambda a: a[i - start], block(start)[part])
 
-    return (MemberViews(functools.partial(read, part=0), n_members),
+    documents = (None if cells is None
+                 else RetrainDocuments(states, names, n_members, cells, VIEW_BLOCK_BYTES).read)
+    return (MemberViews(functools.partial(read, part=0), n_members, documents),
             MemberViews(functools.partial(read, part=1), n_members))
 
 
@@ -674,6 +685,7 @@ class Simulator:
         self._cum_weights = np.ones(0)  # Cum-NDCG's weights (``metrics.cumulative_weights``), the longest so far
         self._aux_bytes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per policy (``aux_bytes``)
         self.test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
+        self._document_cells: DocumentCells | None = None  # ``document_cells``, when a retrain first needs them
 
     # ------------------------------------------------------------------ plans and draws
     def init_states(self, key: jax.Array, names: tuple[str, ...] = STAT_NAMES) -> list[BucketState]:
@@ -686,6 +698,12 @@ class Simulator:
         counters ``names`` are kept (a policy's: ``kept_counters(policy.counters_read)``)."""
         return [init_bucket_state_host(host_random.fold_in(key, b), bucket, self.config.initial_docs, names)
                 for b, bucket in enumerate(self.data.buckets)]
+
+    def document_cells(self) -> DocumentCells:
+        """The layout's cells for retrains that filter their documents on the device (made once)."""
+        if self._document_cells is None:
+            self._document_cells = document_cells(self.data)
+        return self._document_cells
 
     def session_counts(self) -> tuple[int, int]:
         """(warm-up, main) sessions of a trial."""
@@ -1243,7 +1261,8 @@ class Simulator:
 
     def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
         names = tuple(n for n in STAT_NAMES if n in policy.retrain_counters or n == "impressions")
-        counters, entered = retrain_views(states, names, len(logs))
+        cells = self.document_cells() if self.config.retrain_examples == "device" else None
+        counters, entered = retrain_views(states, names, len(logs), cells)
         return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
     def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool,

@@ -11,8 +11,8 @@ import numpy as np
 
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.models.train import key_seed, subset_indices
-from ltrjax.online.policies.base import member
+from ltrjax.models.train import key_seed, subsample, subset_indices
+from ltrjax.online.policies.base import MemberViews, member
 from ltrjax.online.state import STAT_NAMES, DocCounters
 
 
@@ -74,10 +74,16 @@ def member_splits(data: PaddedDataset, counters: tuple[DocCounters, ...], entere
     ``MemberViews``, read with ``member``): its (training,
     validation) documents, as ``collect_documents`` gathers them. With ``limit``, at most that many per
     split, the subset ``fit_members`` would draw with member ``keys`` (so the counters of documents it
-    would drop are never gathered)."""
+    would drop are never gathered). Counters that carry ``documents`` (``MemberViews`` of a retrain with
+    ``sim.retrain_examples=device``) give the eligible documents filtered on the device: the same arrays."""
+    documents = counters.documents if isinstance(counters, MemberViews) else None
     out = []
     for i in range(n_members):
         seed = key_seed(keys[i]) if limit is not None else []
+        if documents is not None:  # subset_indices of the same count and seed: split_cells' subset
+            out.append(tuple(subsample(docs, limit, seed + [j])
+                             for j, docs in enumerate(documents(i, min_impressions))))
+            continue
         counts = member(counters, i)
         eligible = eligible_documents(data, counts, member(entered, i), min_impressions)  # once for both splits
         out.append(tuple(gather_documents(data, counts, split_cells(data, eligible, split, limit, seed + [j]))

@@ -86,11 +86,14 @@ class MemberViews:
     """A population's per-member values read one member at a time, through ``member(views, i)``: a retrain's
     dataset-order counters and entered masks, computed on the device for member i and copied to the host when
     read. A retrain then holds one member's copy at a time, not the population's (7 EBRank members at MSLR-30K
-    shape: 0.55 GB on the device and again on the host)."""
+    shape: 0.55 GB on the device and again on the host). A retrain's counters may also carry ``documents(i,
+    min_impressions)``: member i's eligible (training, validation) documents filtered on the device
+    (``ltrjax.online.retrain_documents``; ``training_data.member_splits`` then reads those instead)."""
 
-    def __init__(self, read: Callable[[int], Any], n_members: int):
+    def __init__(self, read: Callable[[int], Any], n_members: int, documents: Callable | None = None):
         self.read = read
         self.n_members = n_members
+        self.documents = documents
 
     def __len__(self) -> int:
         return self.n_members

@@ -26,6 +26,7 @@ from ltrjax.constraints import NonNegative, OneOf
 from ltrjax.data.layout import Bucket, PaddedDataset
 from ltrjax.models.train import FitConfig, MemberFit, fit_members
 from ltrjax.online import behaviour as behav
+from ltrjax.online import host_random
 from ltrjax.online.policies.base import Policy, QueryView
 from ltrjax.online.policies.counterfactual import (
     DEFAULT_FIT,
@@ -119,7 +120,7 @@ class Prior(Policy):
         """Every member's h and g, each in one compiled fit (fit_members)."""
         sets = [[self._examples(docs) for docs in split_docs]
                 for split_docs in member_splits(data, counters, entered, len(logs), self.min_impressions)]
-        split_keys = jax.vmap(jax.random.split)(keys)
+        split_keys = host_random.split(keys)  # [M, 2, 2], jax.vmap(jax.random.split)'s keys without a program
         capacity = (split_capacity(data, TRAIN), split_capacity(data, VALI))
         table = data.document_table()
         prior, info_h = fit_members(self._fit_prior, params["prior"], [t[0] for t, _ in sets], [v[0] for _, v in sets],
