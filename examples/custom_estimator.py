@@ -18,6 +18,7 @@ import json
 import jax.numpy as jnp
 
 import ltrjax
+from ltrjax.compile_cache import ensure_compilation_cache
 from ltrjax.offline.estimators import Estimator, estimator_option_defaults, register_estimator
 from ltrjax.offline.estimators.base import (init_scalar_ranker, n_sessions, next_step, pair_mask, ranker_scores,
                                             scalar_scores)
@@ -42,6 +43,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (the test suite runs this)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
     args = parser.parse_args(argv)
+    ensure_compilation_cache()  # compiled programs persist: a second run compiles nothing (docs/python-api.md)
 
     register_estimator("propensity_svm", make_propensity_svm, tree=True)  # the one registry line
     print("propensity_svm options:", estimator_option_defaults("propensity_svm"))

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import struct
 
 import ltrjax
+from ltrjax.compile_cache import ensure_compilation_cache
 
 
 @struct.dataclass
@@ -60,6 +61,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     args = parser.parse_args(argv)
+    ensure_compilation_cache()  # compiled programs persist: a second run compiles nothing (docs/python-api.md)
     n_queries, trials = (60, 1) if args.smoke else (500, args.trials)
     queryset = ltrjax.load_dataset({"kind": "synthetic", "preset": "synthetic", "n_queries": n_queries}, seed=0)
     click_model = ltrjax.make_click_model({"kind": "pbm", "examination": "log2"}, 5)  # EBRank §5.1.2

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import ltrjax
+from ltrjax.compile_cache import ensure_compilation_cache
 
 
 def simulated_click_log(queryset, n_sessions: int, k: int = 10, ranking_feature: int = 0,
@@ -55,6 +56,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (the test suite runs this)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
     args = parser.parse_args(argv)
+    ensure_compilation_cache()  # compiled programs persist: a second run compiles nothing (docs/python-api.md)
     dataset = ({"kind": "letor", "name": Path(args.letor).name, "path": args.letor} if args.letor else
                {"kind": "synthetic", "name": "synthetic", "preset": "synthetic", "n_queries": 120 if args.smoke else 500})
     queryset = ltrjax.load_dataset({**dataset, "min_docs": 0}, seed=0)
