@@ -147,3 +147,31 @@ def test_retrain_views_in_blocks_are_each_members_views(monkeypatch):
                     np.testing.assert_array_equal(getattr(got, name), np.asarray(getattr(want, name)))
                 assert got.exposure is None
                 np.testing.assert_array_equal(member(entered, i)[b], np.asarray(entered_mask(state)))
+
+
+def test_an_evaluation_point_scores_the_parameters_before_its_retrain(monkeypatch):
+    """Evaluate, then retrain (EBRank Alg. 1): the Warm/Cold NDCG recorded after a segment that is followed by a
+    retrain are those of the parameters that ran the segment, not the retrained ones, although the simulator
+    launches the retrain's counter views before the evaluation and fetches the evaluation after the retrain. Each
+    retrain's inputs are evaluated on the side (the same program) and must equal that point's history; the retrain
+    changed the priors, so the check fails when a point is evaluated after its retrain."""
+    sim = toy_sims.small_sim()
+    policy = toy_sims.small_ebrank(sim.data)
+    expected, retrained = [], []
+    original = Simulator._retrain
+
+    def retrain(self, policy, keys, params, hyper, states, logs, views=None):
+        per_query = self._evaluate(policy, params, states, test_only=self.config.history_splits == "test")
+        expected.append(self.split_means({k: v[0] for k, v in per_query.items()}))
+        new, infos = original(self, policy, keys, params, hyper, states, logs, views)
+        retrained.append(any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+                             zip(jax.tree_util.tree_leaves(new["prior"]), jax.tree_util.tree_leaves(params["prior"]))))
+        return new, infos
+
+    monkeypatch.setattr(Simulator, "_retrain", retrain)
+    result = sim.run(policy, toy_sims.KEYS[0], progress=False)
+    points = [i for i in range(sim.config.n_segments) if sim.config.retrains_after(i)]
+    assert len(expected) == len(points) == 2 and all(retrained)
+    for point, want in zip(points, expected):
+        assert np.isfinite(want["test"]["warm"]) and np.isfinite(want["test"]["cold"])
+        np.testing.assert_equal(result.eval_history[point], want)  # the other splits: NaN (test queries only)

@@ -367,21 +367,27 @@ def _members_dataset_order_views(states, start, names, count):
     return jax.lax.map(one, start + jnp.arange(count))
 
 
-def retrain_views(states, names: tuple[str, ...], n_members: int, cells: DocumentCells | None = None
-                  ) -> tuple[MemberViews, MemberViews]:
+def retrain_views(states, names: tuple[str, ...], n_members: int, cells: DocumentCells | None = None,
+                  launch: bool = False) -> tuple[MemberViews, MemberViews]:
     """A retrain's per-member counters ``names`` and entered masks in dataset order, as ``MemberViews``: computed
     on the device and brought to the host when read, for as many members at once as ``VIEW_BLOCK_BYTES`` holds (all
     of a population at MQ2007 size, one at MSLR-30K size: a retrain holds one block's copy at a time, not the
     population's); the last block is kept for its members' other reads. Blocks all have one width (the last one
     starts early), so a population compiles one program. With the layout's ``cells`` (``sim.retrain_examples=
     device``) the counters also carry ``documents``: the eligible documents filtered on the device
-    (``RetrainDocuments``)."""
+    (``RetrainDocuments``). With ``launch`` the first block's program is launched at once (the device computes it
+    while the host goes on), else when first read."""
     slots = sum(int(np.prod(s.order.shape[1:])) for s in states)
     count = int(max(1, min(n_members, VIEW_BLOCK_BYTES // (slots * (4 * len(names) + 1)))))
 
+    def views(start: int):
+        return _members_dataset_order_views(tuple(states), np.int32(start), names, count)
+
+    first = views(0) if launch else None
+
     @functools.lru_cache(maxsize=1)
     def block(start: int):
-        return jax.device_get(_members_dataset_order_views(tuple(states), np.int32(start), names, count))
+        return jax.device_get(first if start == 0 and first is not None else views(start))
 
     def read(i: int, part: int):  # part 0: the counters, 1: the entered masks (only that part is sliced)
         start = min(i - i % count, n_members - count)
@@ -1236,8 +1242,12 @@ class Simulator:
         """Warm/Cold NDCG@K per member and global query ``[P, n_queries]``; with ``test_only`` only the test
         queries are evaluated (the others are NaN). ``prepared``: per bucket the last segment's ``prepare`` output
         for these ``params`` (``_launch``), reused instead of recomputed (None: recomputed)."""
+        return self._evaluated(self._launch_evaluation(policy, params, states, test_only, prepared))
+
+    def _launch_evaluation(self, policy: Policy, params, states, test_only: bool = False, prepared=None) -> tuple:
+        """``_evaluate``'s program, launched (the device computes it while the host goes on); ``_evaluated`` brings
+        its results."""
         n_members = jax.tree_util.tree_leaves(states[0])[0].shape[0]
-        out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
         picked = [b for b in range(len(self.data.buckets)) if not test_only or len(self.test_rows[b])]
         pick = lambda xs: tuple(xs[b] for b in picked)  # noqa: E731
         aux = (None,) * len(picked) if prepared is None else pick(prepared)
@@ -1246,6 +1256,12 @@ class Simulator:
             results = compiled(policy)["evaluate_rows"](*args, pick(self.test_rows), aux)
         else:
             results = compiled(policy)["evaluate"](*args, aux)
+        return n_members, picked, test_only, results
+
+    def _evaluated(self, launched: tuple) -> dict[str, np.ndarray]:
+        """The per-query Warm/Cold NDCG of a ``_launch_evaluation``."""
+        n_members, picked, test_only, results = launched
+        out = {name: np.full((n_members, self.data.n_queries), np.nan, np.float32) for name in ("warm", "cold")}
         for b, (warm, cold) in zip(picked, jax.device_get(results)):
             query = np.asarray(self.data.buckets[b].query_index)
             query = query[self.test_rows[b]] if test_only else query
@@ -1259,10 +1275,15 @@ class Simulator:
         return {name: {m: float(per_query[m][split == i].mean()) if np.any(split == i) else float("nan")
                        for m in ("warm", "cold")} for i, name in enumerate(SPLITS)}
 
-    def _retrain(self, policy: Policy, keys, params, hyper, states, logs):
+    def _retrain_views(self, policy: Policy, states, n_members: int, launch: bool = False
+                       ) -> tuple[MemberViews, MemberViews]:
+        """A retrain's ``retrain_views`` of the counters it reads (``launch``: its first block launched at once)."""
         names = tuple(n for n in STAT_NAMES if n in policy.retrain_counters or n == "impressions")
         cells = self.document_cells() if self.config.retrain_examples == "device" else None
-        counters, entered = retrain_views(states, names, len(logs), cells)
+        return retrain_views(states, names, n_members, cells, launch)
+
+    def _retrain(self, policy: Policy, keys, params, hyper, states, logs, views=None):
+        counters, entered = views if views is not None else self._retrain_views(policy, states, len(logs))
         return policy.update_population(keys, params, hyper, self.data, counters, entered, logs)
 
     def _run_members(self, policy: Policy, keys: list, hypers: list, progress: bool, keep_logs: bool,
@@ -1346,7 +1367,11 @@ class Simulator:
         nd, shown, clicked, record = outputs
         start, stop = run.starts[i], run.points[i] + 1
         run.session_ndcg[:, start:stop] = nd
-        self._evaluate_members(run, i, params, states, prepared)
+        # a retrain from the counters (not the logs) has its views launched first, then the evaluation: the host
+        # builds the retrain's examples from the views while the device evaluates (the same programs and results)
+        from_counters = self.config.retrains_after(i) and run.policy.trains and not run.policy.reads_logs
+        views = self._retrain_views(run.policy, states, len(run.trial_of), launch=True) if from_counters else None
+        evaluation = self._launch_evaluation_members(run, i, params, states, prepared)
         if run.collect_logs:
             for m in range(len(run.trial_of)):
                 seg = run.segments[i][run.trial_of[m]]
@@ -1356,29 +1381,37 @@ class Simulator:
                     run.logs[m].append(log)
                 run.pending[m].append(log)
         if self.config.retrains_after(i):
-            params = self._retrain_segment(run, i, params, states)
+            params = self._retrain_segment(run, i, params, states, views)
+        self._evaluated_members(run, evaluation)
         run.bar.update(int(stop - start) * run.n_real)
         return params
 
-    def _evaluate_members(self, run: MainPhase, i: int, params, states, prepared) -> None:
+    def _launch_evaluation_members(self, run: MainPhase, i: int, params, states, prepared) -> tuple:
         """Every member's per-query NDCG after segment ``i`` (only the test queries before the last segment with
-        ``history_splits=test``), and its split means appended to the member's history."""
+        ``history_splits=test``), launched; ``_evaluated_members`` brings it."""
         tic = time.perf_counter()
         last = i == len(run.segments) - 1
-        run.per_query = self._evaluate(run.policy, params, states, prepared=prepared,
-                                       test_only=not last and self.config.history_splits == "test")
+        launched = self._launch_evaluation(run.policy, params, states, prepared=prepared,
+                                           test_only=not last and self.config.history_splits == "test")
+        run.timings["evaluate"] += time.perf_counter() - tic
+        return launched
+
+    def _evaluated_members(self, run: MainPhase, launched: tuple) -> None:
+        """A ``_launch_evaluation_members``' per-query NDCG, and its split means appended to the members' history."""
+        tic = time.perf_counter()
+        run.per_query = self._evaluated(launched)
         for m in range(len(run.trial_of)):
             run.history[m].append(self.split_means({k: v[m] for k, v in run.per_query.items()}))
         run.timings["evaluate"] += time.perf_counter() - tic
 
-    def _retrain_segment(self, run: MainPhase, i: int, params, states):
+    def _retrain_segment(self, run: MainPhase, i: int, params, states, views=None):
         """The retrain after segment ``i`` on the sessions since the last one (a policy that does not train keeps
         its parameters; one that does not read logs gets None logs); the pending logs start afresh."""
         if run.policy.trains:
             tic = time.perf_counter()
             logs = [concat_logs(p) if run.collect_logs else None for p in run.pending]
             params, infos = self._retrain(run.policy, fold_member_keys(run.trials, run.trial_of, "train", i), params,
-                                          run.hyper, states, logs)
+                                          run.hyper, states, logs, views)
             params = self._shard(params)
             self.release_heap()
             run.timings["train"] += time.perf_counter() - tic
