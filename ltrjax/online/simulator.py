@@ -376,14 +376,14 @@ def retrain_views(states, names: tuple[str, ...], n_members: int, cells: Documen
     starts early), so a population compiles one program. With the layout's ``cells`` (``sim.retrain_examples=
     device``) the counters also carry ``documents``: the eligible documents filtered on the device
     (``RetrainDocuments``). With ``launch`` the first block's program is launched at once (the device computes it
-    while the host goes on), else when first read."""
+    while the host goes on), else when first read; not with ``cells``, whose retrain reads the documents instead."""
     slots = sum(int(np.prod(s.order.shape[1:])) for s in states)
     count = int(max(1, min(n_members, VIEW_BLOCK_BYTES // (slots * (4 * len(names) + 1)))))
 
     def views(start: int):
         return _members_dataset_order_views(tuple(states), np.int32(start), names, count)
 
-    first = views(0) if launch else None
+    first = views(0) if launch and cells is None else None
 
     @functools.lru_cache(maxsize=1)
     def block(start: int):
