@@ -35,12 +35,15 @@ def compose(overrides: list[str] | tuple[str, ...] = ()):
 def load_run(overrides: list[str] | tuple[str, ...] = ()):
     """The typed run (``ltrjax.schema.ResolvedRun``: checked, every default filled in, the synthetic dataset without
     ``+dataset``) of ``compose(overrides)``, as ``python -m ltrjax.run OVERRIDES`` resolves it; sets its
-    ``jax.matmul_precision`` for this process, as the entry point does."""
+    ``jax.matmul_precision`` for this process and relaxes Python's garbage collector (``ltrjax.gc_tuning``), as
+    the entry point does."""
+    from ltrjax.gc_tuning import relax_garbage_collection
     from ltrjax.precision import set_matmul_precision
     from ltrjax.schema import as_run
 
     run = as_run(compose(overrides))
     set_matmul_precision(run.jax.matmul_precision)  # as ltrjax.run does (ltrjax.experiment.configure_jax)
+    relax_garbage_collection()
     return run
 
 

@@ -28,21 +28,22 @@ def test_every_exported_name_resolves():
 
 
 IMPORT_CHECK = """
-import logging, sys, warnings
+import gc, logging, sys, warnings
 import matplotlib
 matplotlib.use("svg")
 import jax
 import flax, optax, scipy.sparse, scipy.special, pyarrow.parquet, hydra, omegaconf  # dependencies' own import-time filters
 before = (matplotlib.get_backend(), jax.config.jax_compilation_cache_dir, jax.config.jax_enable_x64,
           logging.getLogger().level, len(logging.getLogger().handlers), len(warnings.filters),
-          logging.getLogger("jax._src.xla_bridge").level)
+          logging.getLogger("jax._src.xla_bridge").level, gc.get_threshold())
 import ltrjax
 for name in ltrjax.__all__:
     getattr(ltrjax, name)
 import ltrjax.runner, ltrjax.report.plots, ltrjax.report.online_report, ltrjax.experiment, ltrjax.offline_runner
+import ltrjax.gc_tuning
 after = (matplotlib.get_backend(), jax.config.jax_compilation_cache_dir, jax.config.jax_enable_x64,
          logging.getLogger().level, len(logging.getLogger().handlers), len(warnings.filters),
-         logging.getLogger("jax._src.xla_bridge").level)
+         logging.getLogger("jax._src.xla_bridge").level, gc.get_threshold())
 print(before == after, before, after)
 sys.exit(0 if before == after else 1)
 """
@@ -211,3 +212,22 @@ def test_offline_settings_have_the_command_lines_defaults():
     assert set(api) <= set(cli)
     assert {k for k in api if api[k] != cli[k]} == {"trials", "seed", "progress"}
     assert cli["trials"] is None and cli["seed"] is None and cli["progress"] is None  # top-level values on the CLI
+
+
+def test_relaxed_garbage_collection_raises_the_first_threshold_only():
+    """``ltrjax.gc_tuning``: the entry points (here ``configure_jax``, as ``python -m ltrjax.run`` and the experiment
+    scripts call it) raise the collector's first threshold, keep the others, and never lower it."""
+    from ltrjax.experiment import configure_jax
+    from ltrjax.gc_tuning import FIRST_GENERATION_THRESHOLD, relax_garbage_collection
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 11, 12)
+        configure_jax()
+        assert gc.get_threshold() == (FIRST_GENERATION_THRESHOLD, 11, 12)
+        relax_garbage_collection(1000)
+        assert gc.get_threshold() == (FIRST_GENERATION_THRESHOLD, 11, 12)
+        relax_garbage_collection(10 * FIRST_GENERATION_THRESHOLD)
+        assert gc.get_threshold() == (10 * FIRST_GENERATION_THRESHOLD, 11, 12)
+    finally:
+        gc.set_threshold(*before)
