@@ -18,7 +18,7 @@ def configure_jax(run: ResolvedRun | None = None) -> None:
     XLA programs persisted between runs (``jax.compilation_cache``) under the data cache's ``xla`` folder
     (``ltrjax.compile_cache``, the one switch every script uses). Without a run (the experiment scripts): the
     block's defaults, and the cache folder this process already uses, if any (``ensure_compilation_cache``).
-    Either way Python's garbage collector runs less often (``ltrjax.gc_tuning``: tracing is 15 % faster)."""
+    Either way Python's garbage collector runs less often while programs are traced (``ltrjax.gc_tuning``)."""
     from ltrjax.compile_cache import default_cache_dir, enable_compilation_cache, ensure_compilation_cache
     from ltrjax.gc_tuning import relax_garbage_collection
     from ltrjax.precision import set_matmul_precision
