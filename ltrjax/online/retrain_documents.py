@@ -20,7 +20,8 @@ import numpy as np
 
 from ltrjax.data.layout import PaddedDataset
 from ltrjax.data.queryset import TRAIN, VALI
-from ltrjax.online.state import counters_in_dataset_order, entered_mask
+from ltrjax.online.member_blocks import MemberBlocks
+from ltrjax.online.state import member_in_dataset_order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +53,9 @@ def _members_documents(states, start, doc, split, real, min_impressions, names, 
     ``[count]`` and their ids and counters ``names``, compacted to the front of ``[count, capacity]`` arrays
     (``lax.map`` over the members: one program for every block of ``count``)."""
     def one(i):
-        member = [jax.tree_util.tree_map(lambda a: a[i], s) for s in states]
-        counters = [counters_in_dataset_order(s, names=names) for s in member]
+        counters, entered = member_in_dataset_order(states, i, names)
         values = {name: jnp.concatenate([getattr(c, name).reshape(-1) for c in counters]) for name in names}
-        entered = jnp.concatenate([entered_mask(s).reshape(-1) for s in member])
+        entered = jnp.concatenate([e.reshape(-1) for e in entered])
         eligible = entered & real & (values["impressions"] > min_impressions)
         out = []
         for which, size in zip((TRAIN, VALI), capacity):
@@ -69,27 +69,24 @@ def _members_documents(states, start, doc, split, real, min_impressions, names, 
 
 class RetrainDocuments:
     """Reads member i's eligible (training, validation) documents (``read``), computed on the device for as many
-    members at once as ``block_bytes`` of output hold and brought to the host block by block (the last block is
-    kept for its members' reads)."""
+    members at once as ``block_bytes`` of output hold and brought to the host block by block (``MemberBlocks``)."""
 
     def __init__(self, states, names: tuple[str, ...], n_members: int, cells: DocumentCells, block_bytes: int):
-        self.states, self.cells, self.n_members = tuple(states), cells, n_members
+        self.states, self.cells = tuple(states), cells
         counters = states[0].counters
         self.names = tuple(n for n in names if getattr(counters, n) is not None)  # as gather_documents reads them
         if "impressions" not in self.names:
             raise ValueError("a retrain's documents are filtered by their impressions: the counter must be kept")
-        per_member = sum(cells.capacity) * 4 * (1 + len(self.names))
-        self.count = int(max(1, min(n_members, block_bytes // max(per_member, 1))))
-        self._block = functools.lru_cache(maxsize=1)(self._compute)  # this retrain's last block only
+        self.blocks = MemberBlocks(self._fetch, n_members, sum(cells.capacity) * 4 * (1 + len(self.names)),
+                                   block_bytes)
 
-    def _compute(self, start: int, min_impressions: float):
+    def _fetch(self, start: int, count: int, min_impressions: float):
         c = self.cells
         return jax.device_get(_members_documents(self.states, np.int32(start), c.doc, c.split, c.real,
-                                                 np.float32(min_impressions), self.names, self.count, c.capacity))
+                                                 np.float32(min_impressions), self.names, count, c.capacity))
 
     def read(self, i: int, min_impressions: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Member i's (training, validation) documents: ids ``doc`` and the kept counters, as
         ``training_data.gather_documents`` returns them for ``split_cells`` without a limit."""
-        start = min(i - i % self.count, self.n_members - self.count)
-        block = self._block(start, float(min_impressions))
-        return tuple({k: v[i - start, :n[i - start]] for k, v in docs.items()} for n, docs in block)
+        block, at = self.blocks.read(i, float(min_impressions))
+        return tuple({k: v[at, :n[at]] for k, v in docs.items()} for n, docs in block)

@@ -44,11 +44,12 @@ from ltrjax.online import host_random
 from ltrjax.online import step as step_lib
 from ltrjax.online.step import policy_key  # noqa: F401  (re-exported: the reference loop shares it)
 from ltrjax.online.policies.base import MemberViews, Policy, SessionLog, member, stack_members
+from ltrjax.online.member_blocks import MemberBlocks
 from ltrjax.online.retrain_documents import DocumentCells, RetrainDocuments, document_cells
 from ltrjax.online.schedule import (SessionDraws, doc_slot_occupancy, draw_sessions, entered_counts, lane_schedule,
                                     padded_steps, update_points, width_ladder)
-from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, counters_in_dataset_order, entered_mask,
-                                 init_bucket_state_host, kept_counters)
+from ltrjax.online.state import (STAT_NAMES, BucketState, DocCounters, init_bucket_state_host, kept_counters,
+                                 member_in_dataset_order)
 
 log = logging.getLogger("ltrjax")
 
@@ -360,38 +361,33 @@ def _members_dataset_order_views(states, start, names, count):
     """Per bucket, members ``start .. start + count - 1``'s counters ``names`` (the others None) and entered masks
     in dataset order (a retrain's inputs), with a leading member axis; member after member (``lax.map``), one
     program for every block of ``count`` (``start`` is traced)."""
-    def one(i):
-        ones = [jax.tree_util.tree_map(lambda a: a[i], s) for s in states]
-        return (tuple(counters_in_dataset_order(s, names=names) for s in ones), tuple(entered_mask(s) for s in ones))
-
-    return jax.lax.map(one, start + jnp.arange(count))
+    return jax.lax.map(lambda i: member_in_dataset_order(states, i, names), start + jnp.arange(count))
 
 
 def retrain_views(states, names: tuple[str, ...], n_members: int, cells: DocumentCells | None = None,
                   launch: bool = False) -> tuple[MemberViews, MemberViews]:
     """A retrain's per-member counters ``names`` and entered masks in dataset order, as ``MemberViews``: computed
-    on the device and brought to the host when read, for as many members at once as ``VIEW_BLOCK_BYTES`` holds (all
-    of a population at MQ2007 size, one at MSLR-30K size: a retrain holds one block's copy at a time, not the
-    population's); the last block is kept for its members' other reads. Blocks all have one width (the last one
-    starts early), so a population compiles one program. With the layout's ``cells`` (``sim.retrain_examples=
-    device``) the counters also carry ``documents``: the eligible documents filtered on the device
+    on the device and brought to the host when read, as many members at once as ``VIEW_BLOCK_BYTES`` holds
+    (``MemberBlocks``: all of a population at MQ2007 size, one member at MSLR-30K size; one program per population).
+    With the layout's ``cells`` (``sim.retrain_examples=device``) the counters also carry ``documents``: the eligible documents filtered on the device
     (``RetrainDocuments``). With ``launch`` the first block's program is launched at once (the device computes it
     while the host goes on), else when first read; not with ``cells``, whose retrain reads the documents instead."""
     slots = sum(int(np.prod(s.order.shape[1:])) for s in states)
-    count = int(max(1, min(n_members, VIEW_BLOCK_BYTES // (slots * (4 * len(names) + 1)))))
+    launched = {}  # start -> a block launched before it is read (dropped once fetched)
 
-    def views(start: int):
+    def launch_block(start: int, count: int):
         return _members_dataset_order_views(tuple(states), np.int32(start), names, count)
 
-    first = views(0) if launch and cells is None else None
+    def fetch(start: int, count: int):
+        return jax.device_get(launched.pop(start) if start in launched else launch_block(start, count))
 
-    @functools.lru_cache(maxsize=1)
-    def block(start: int):
-        return jax.device_get(first if start == 0 and first is not None else views(start))
+    blocks = MemberBlocks(fetch, n_members, slots * (4 * len(names) + 1), VIEW_BLOCK_BYTES)
+    if launch and cells is None:
+        launched[0] = launch_block(0, blocks.count)
 
     def read(i: int, part: int):  # part 0: the counters, 1: the entered masks (only that part is sliced)
-        start = min(i - i % count, n_members - count)
-        return jax.tree_util.tree_map(lambda a: a[i - start], block(start)[part])
+        block, at = blocks.read(i)
+        return jax.tree_util.tree_map(lambda a: a[at], block[part])
 
     documents = (None if cells is None
                  else RetrainDocuments(states, names, n_members, cells, VIEW_BLOCK_BYTES).read)

@@ -151,3 +151,10 @@ def entered_mask(state: BucketState) -> jax.Array:
     width = state.order.shape[1]
     entered_entry = jnp.arange(width)[None, :] < state.n_entered[:, None]
     return to_dataset_order(entered_entry, state)
+
+
+def member_in_dataset_order(states, i, names: tuple[str, ...]) -> tuple[tuple[DocCounters, ...], tuple[jax.Array, ...]]:
+    """Member ``i`` (may be traced) of member-stacked bucket states: per bucket its counters ``names`` (the others
+    None) and its entered mask, in dataset order (a retrain's inputs)."""
+    member = [jax.tree_util.tree_map(lambda a: a[i], s) for s in states]
+    return tuple(counters_in_dataset_order(s, names=names) for s in member), tuple(entered_mask(s) for s in member)
