@@ -76,7 +76,8 @@ def main(argv=None) -> dict:
            "alpha_seconds_7_over_1": sharing["ratio"], "alpha_sharing": sharing,
            "timings": timings, "retrains": len([i for i in result.train_info if not i.get("skipped")]),
            "cum_ndcg": result.cum_ndcg["test"], "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg,
-           **machine()}
+           "click_rng": str(cfg.sim.click_rng), "retrain_examples": str(cfg.sim.retrain_examples),
+           "segment_widths": str(cfg.sim.segment_widths), "overrides": list(args.overrides), **machine()}
     return emit(out, args.json)
 
 

@@ -4,22 +4,30 @@
 #   2. the machine: nvidia-smi, Python, JAX and its devices (stops here unless JAX's backend is a GPU);
 #   3. a smoke run (sessions_per_sec.py --smoke), which stops the script if the project does not run;
 #   4. benchmarks/sweep.py, 35 members (5 seeds x 7 epsilon values) with the GPU defaults: fits vmapped in blocks
-#      (fit.member_batch=null: 8 on a GPU, or MEMBER_BATCH) and sim.click_rng=auto (device on a GPU);
-#   5. the same sweep with one fit after another (fit.member_batch=1), on the same machine;
+#      (fit.member_batch=null: 8 on a GPU, or MEMBER_BATCH), sim.click_rng=auto and sim.retrain_examples=auto
+#      (both device on a GPU);
+#   5. the same sweep with one fit after another (fit.member_batch=1), on the same machine (SWEEP1=0: skipped);
 #   6. the exactness tests on the GPU (TESTS: tests/test_train.py, tests/test_population.py,
-#      tests/test_device_rng.py), at XLA's default optimisation level;
-#   7. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 (SPS_POPULATIONS; empty: skipped).
+#      tests/test_device_rng.py, tests/test_retrain_documents.py), at XLA's default optimisation level;
+#   7. where a retrain filters its documents: one EBRank trial (end_to_end.py) per preset in RETRAIN_PRESETS with
+#      sim.retrain_examples=device and host, each once to fill the compilation cache, then RETRAIN_ROUNDS rounds
+#      alternating host and device (RETRAIN_PRESETS empty: skipped);
+#   8. segment widths: the compiled simulation (sessions_per_sec.py, populations 1 and 8) at WIDTHS_PRESET shape
+#      (WIDTHS_QUERIES queries) with sim.segment_widths=phase and classes (WIDTHS=0: skipped);
+#   9. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 (SPS_POPULATIONS; empty: skipped).
 # Each step runs under `timeout`, within one budget for the whole script ($BUDGET seconds), so one hang
-# cannot eat the machine's time. Files written to $OUT (flat): log.txt (everything), smoke.{log,json},
-# sessions_per_sec.{log,json}, sweep.{log,json}. A step's JSON is its last output line, kept only if complete.
+# cannot eat the machine's time; a step that the budget no longer allows is skipped and said so. Files written to
+# $OUT (flat): log.txt (everything) and NAME.{log,json} per step. A step's JSON is its last output line, kept only
+# if complete.
 #
 #   bash benchmarks/gpu_check.sh                     # on the GPU machine (OUT=folder; default /tmp/gpu_check)
-#   SMOKE=1 bash benchmarks/gpu_check.sh             # anywhere (3.5 min on a loaded 2-core CPU): --smoke sizes
+#   SMOKE=1 bash benchmarks/gpu_check.sh             # anywhere (minutes on a 2-core CPU): --smoke sizes
 #
 # Settings (environment): PYTHON (python3), OUT, BUDGET (420 s), SITE (/tmp/site), CACHE (persistent XLA cache,
 # /tmp/ltrjax-xla), SPS_QUERIES (1000: at 4000 queries the host-side session draws of 256 members take minutes),
-# SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (empty: the backend's default), TESTS, REQUIRE_GPU (1; 0 with SMOKE=1).
-# docs/results/gpu/README.md.
+# SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (empty: the backend's default), SWEEP1 (1), TESTS, RETRAIN_PRESETS
+# (synthetic_mq2007 synthetic_mslr30k), RETRAIN_ROUNDS (2), WIDTHS (1), WIDTHS_PRESET (synthetic_mslr30k),
+# WIDTHS_QUERIES (8000), REQUIRE_GPU (1; 0 with SMOKE=1). docs/results/gpu/README.md.
 set -u -o pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -33,7 +41,13 @@ CACHE=${CACHE:-/tmp/ltrjax-xla}
 SPS_QUERIES=${SPS_QUERIES:-1000}
 SPS_POPULATIONS=${SPS_POPULATIONS-1,8,64,256}  # set but empty: skipped
 MEMBER_BATCH=${MEMBER_BATCH:-}
-TESTS=${TESTS-tests/test_train.py tests/test_population.py tests/test_device_rng.py}
+SWEEP1=${SWEEP1:-1}
+TESTS=${TESTS-tests/test_train.py tests/test_population.py tests/test_device_rng.py tests/test_retrain_documents.py}
+RETRAIN_PRESETS=${RETRAIN_PRESETS-synthetic_mq2007 synthetic_mslr30k}  # set but empty: skipped
+RETRAIN_ROUNDS=${RETRAIN_ROUNDS:-2}
+WIDTHS=${WIDTHS:-1}
+WIDTHS_PRESET=${WIDTHS_PRESET:-synthetic_mslr30k}
+WIDTHS_QUERIES=${WIDTHS_QUERIES:-8000}
 if [ "$SMOKE" = 1 ]; then REQUIRE_GPU=${REQUIRE_GPU:-0}; else REQUIRE_GPU=${REQUIRE_GPU:-1}; fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export LTRJAX_CACHE=${LTRJAX_CACHE:-/tmp/ltrjax-cache}  # generated datasets; the XLA cache is $CACHE
@@ -106,7 +120,7 @@ if sys.argv[1] == "1" and jax.default_backend() != "gpu":
     sys.exit(f"JAX's backend is {jax.default_backend()!r}, not a GPU (REQUIRE_GPU=0 runs anyway)")
 EOF
 
-    local smoke=() sps=skipped sweep sweep1 tests=skipped
+    local smoke=() sps=skipped sweep sweep1=skipped tests=skipped retrain=skipped widths=skipped preset mode round
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
     # 3. the smoke run: everything the benchmarks import and compile, at tiny sizes (the backend's defaults)
     step smoke 150 "$PY" benchmarks/sessions_per_sec.py --smoke --families ebrank --reference-sessions 100 --json \
@@ -118,17 +132,45 @@ EOF
         --cache-dir "$CACHE"
     sweep=$?
     # 5. the same with one fit after another
-    step sweep_member_batch1 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} --member-batch 1 \
-        --cache-dir "$CACHE"
-    sweep1=$?
-    # 6. exactness on this backend (population = members, blocks of fits, device clicks)
+    if [ "$SWEEP1" = 1 ]; then
+        step sweep_member_batch1 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} --member-batch 1 \
+            --cache-dir "$CACHE"
+        sweep1=$?
+    fi
+    # 6. exactness on this backend (population = members, blocks of fits, device clicks, device retrain filter)
     if [ -n "$TESTS" ]; then
         # shellcheck disable=SC2086  # TESTS is a list of paths
         step tests 200 env LTRJAX_TEST_XLA_OPT=default LTRJAX_TEST_XLA_CACHE="$CACHE-tests" "$PY" -m pytest \
             -p no:cacheprovider -n 4 -q $TESTS
         tests=$?
     fi
-    # 7. sessions per second (at --smoke: populations 1, 2 and 60 queries)
+    # 7. a retrain's document filter on the host or the device: one warm-up run each, then rounds alternating
+    if [ -n "$RETRAIN_PRESETS" ]; then
+        retrain=0
+        for preset in $RETRAIN_PRESETS; do
+            for mode in device host; do
+                step "retrain_${preset}_${mode}_warm" 150 "$PY" benchmarks/end_to_end.py ${smoke[@]+"${smoke[@]}"} \
+                    --json --preset "$preset" --cache-dir "$CACHE" "sim.retrain_examples=$mode" || retrain=1
+            done
+            for round in $(seq 1 "$RETRAIN_ROUNDS"); do
+                for mode in host device; do
+                    step "retrain_${preset}_${mode}_${round}" 120 "$PY" benchmarks/end_to_end.py \
+                        ${smoke[@]+"${smoke[@]}"} --json --preset "$preset" --cache-dir "$CACHE" \
+                        "sim.retrain_examples=$mode" || retrain=1
+                done
+            done
+        done
+    fi
+    # 8. segment widths: one width per phase, or width classes (more slots filled, more program copies)
+    if [ "$WIDTHS" = 1 ]; then
+        widths=0
+        for mode in phase classes; do
+            step "widths_$mode" 150 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --json \
+                --preset "$WIDTHS_PRESET" --queries "$WIDTHS_QUERIES" --families ebrank --populations 1,8 \
+                --reference-sessions 200 --repeats 2 --cache-dir "$CACHE" "sim.segment_widths=$mode" || widths=1
+        done
+    fi
+    # 9. sessions per second (at --smoke: populations 1, 2 and 60 queries)
     if [ -n "$SPS_POPULATIONS" ]; then
         step sessions_per_sec 210 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --families ebrank \
             --populations "$SPS_POPULATIONS" --queries "$SPS_QUERIES" --repeats 1 --reference-sessions 5000 \
@@ -137,7 +179,7 @@ EOF
     fi
 
     echo "=== summary ($((SECONDS - START))s; exit codes: sweep $sweep, sweep_member_batch1 $sweep1, tests $tests," \
-         "sessions_per_sec $sps)"
+         "retrain $retrain, widths $widths, sessions_per_sec $sps)"
     "$PY" - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -161,8 +203,18 @@ for name in ("sweep", "sweep_member_batch1"):
                 "speedup_excluding_compile", "population_compile_seconds", "serial_compile_seconds", "max_abs_diff",
                 "same_choice", "chunks", "backend", "device_kind")
         print(f"{name}:", {k: w.get(k) for k in keys})
+for path in sorted(out.glob("retrain_*.json")):
+    r = json.loads(path.read_text())
+    print(f"{path.stem}: train {r['train_seconds']:.2f} s, run {r['run_seconds']:.2f} s, compile "
+          f"{r['compile_seconds']:.2f} s, Cum-NDCG {r['cum_ndcg']}")
+for mode in ("phase", "classes"):
+    w = load(f"widths_{mode}")
+    if w:
+        rates = {p: round(v) for p, v in w["families"]["ebrank"].items()}
+        print(f"widths_{mode}: sessions/s by population {rates}")
 EOF
-    [ "$sweep" = 0 ] && [ "$sweep1" = 0 ] && [[ "$tests" =~ ^(0|skipped)$ ]] && [[ "$sps" =~ ^(0|skipped)$ ]]
+    [ "$sweep" = 0 ] && [[ "$sweep1" =~ ^(0|skipped)$ ]] && [[ "$tests" =~ ^(0|skipped)$ ]] \
+        && [[ "$sps" =~ ^(0|skipped)$ ]] && [[ "$retrain" =~ ^(0|skipped)$ ]] && [[ "$widths" =~ ^(0|skipped)$ ]]
 }
 
 main "$@" 2>&1 | tee "$OUT/log.txt"
