@@ -298,7 +298,8 @@ def test_chunks_count_the_policy_values_per_member(sim):
 def test_a_cpu_chunk_holds_at_most_the_state_budget(sim):
     """On a CPU, ``state_budget`` caps a chunk at the members whose ``state_bytes`` (the kept counters and the
     order, rank and entry-session planes, 4 bytes per cell) fit, balanced over the chunks; without it only the
-    memory budget counts. EBRank keeps 3 of the 6 counters, so its members' state is 6 of 9 planes."""
+    memory budget counts; on another backend (a GPU) the state budget is ignored. EBRank keeps 3 of the 6 counters,
+    so its members' state is 6 of 9 planes."""
     ebrank = EBRank(sim.data)
     cells = sum(b.n_queries * b.width for b in sim.data.buckets)
     assert sim.state_bytes() == 4 * cells * (6 + 3) and sim.state_bytes(ebrank) == 4 * cells * (3 + 3)
@@ -306,7 +307,10 @@ def test_a_cpu_chunk_holds_at_most_the_state_budget(sim):
     free = Simulator(sim.data, sim.click_model, CONFIG, memory_budget=roomy)
     capped = Simulator(sim.data, sim.click_model, CONFIG, memory_budget=roomy,
                        state_budget=3 * sim.state_bytes(ebrank) + 1)
-    assert jax.default_backend() == "cpu" and capped.state_budget is not None and free.state_budget is None
+    if jax.default_backend() != "cpu":  # found on an H100: the test asserted a CPU backend
+        assert capped.state_budget is None and capped.chunk_size(7, policy=ebrank) == 7
+        return
+    assert capped.state_budget is not None and free.state_budget is None
     assert free.chunk_size(7, policy=ebrank) == 7
     assert capped.chunk_size(7, policy=ebrank) == 3  # 7 members, at most 3 per chunk: 3 + 3 + 1 padded to 3
     assert capped.chunk_size(6, policy=ebrank) == 3 and capped.chunk_size(2, policy=ebrank) == 2
