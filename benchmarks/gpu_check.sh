@@ -9,11 +9,11 @@
 #   5. the same sweep with one fit after another (fit.member_batch=1), on the same machine (SWEEP1=0: skipped);
 #   6. the exactness tests on the GPU (TESTS: tests/test_train.py, tests/test_population.py,
 #      tests/test_device_rng.py, tests/test_retrain_documents.py), at XLA's default optimisation level;
-#   7. where a retrain filters its documents: one EBRank trial (end_to_end.py) per preset in RETRAIN_PRESETS with
-#      sim.retrain_examples=device and host, each once to fill the compilation cache, then RETRAIN_ROUNDS rounds
-#      alternating host and device (RETRAIN_PRESETS empty: skipped);
-#   8. segment widths: the compiled simulation (sessions_per_sec.py, populations 1 and 8) at WIDTHS_PRESET shape
-#      (WIDTHS_QUERIES queries) with sim.segment_widths=phase and classes (WIDTHS=0: skipped);
+#   7. where a retrain filters its documents: one EBRank trial per preset in RETRAIN_PRESETS, sim.retrain_examples
+#      device and host in one process (settings_ab.py: each once untimed, then RETRAIN_ROUNDS rounds alternating;
+#      RETRAIN_PRESETS empty: skipped);
+#   8. segment widths: a population of WIDTHS_MEMBERS EBRank trials at WIDTHS_PRESET shape (WIDTHS_QUERIES queries),
+#      sim.segment_widths phase and classes in one process (settings_ab.py, 2 rounds; WIDTHS=0: skipped);
 #   9. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 (SPS_POPULATIONS; empty: skipped).
 # Each step runs under `timeout`, within one budget for the whole script ($BUDGET seconds), so one hang
 # cannot eat the machine's time; a step that the budget no longer allows is skipped and said so. Files written to
@@ -27,7 +27,7 @@
 # /tmp/ltrjax-xla), SPS_QUERIES (1000: at 4000 queries the host-side session draws of 256 members take minutes),
 # SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (empty: the backend's default), SWEEP1 (1), TESTS, RETRAIN_PRESETS
 # (synthetic_mq2007 synthetic_mslr30k), RETRAIN_ROUNDS (2), WIDTHS (1), WIDTHS_PRESET (synthetic_mslr30k),
-# WIDTHS_QUERIES (8000), REQUIRE_GPU (1; 0 with SMOKE=1). docs/results/gpu/README.md.
+# WIDTHS_QUERIES (8000), WIDTHS_MEMBERS (8), REQUIRE_GPU (1; 0 with SMOKE=1). docs/results/gpu/README.md.
 set -u -o pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -48,6 +48,7 @@ RETRAIN_ROUNDS=${RETRAIN_ROUNDS:-2}
 WIDTHS=${WIDTHS:-1}
 WIDTHS_PRESET=${WIDTHS_PRESET:-synthetic_mslr30k}
 WIDTHS_QUERIES=${WIDTHS_QUERIES:-8000}
+WIDTHS_MEMBERS=${WIDTHS_MEMBERS:-8}
 if [ "$SMOKE" = 1 ]; then REQUIRE_GPU=${REQUIRE_GPU:-0}; else REQUIRE_GPU=${REQUIRE_GPU:-1}; fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export LTRJAX_CACHE=${LTRJAX_CACHE:-/tmp/ltrjax-cache}  # generated datasets; the XLA cache is $CACHE
@@ -120,7 +121,7 @@ if sys.argv[1] == "1" and jax.default_backend() != "gpu":
     sys.exit(f"JAX's backend is {jax.default_backend()!r}, not a GPU (REQUIRE_GPU=0 runs anyway)")
 EOF
 
-    local smoke=() sps=skipped sweep sweep1=skipped tests=skipped retrain=skipped widths=skipped preset mode round
+    local smoke=() sps=skipped sweep sweep1=skipped tests=skipped retrain=skipped widths=skipped preset
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
     # 3. the smoke run: everything the benchmarks import and compile, at tiny sizes (the backend's defaults)
     step smoke 150 "$PY" benchmarks/sessions_per_sec.py --smoke --families ebrank --reference-sessions 100 --json \
@@ -144,31 +145,23 @@ EOF
             -p no:cacheprovider -n 4 -q $TESTS
         tests=$?
     fi
-    # 7. a retrain's document filter on the host or the device: one warm-up run each, then rounds alternating
+    # 7. a retrain's document filter on the host or the device: one process per preset (data loaded once), each
+    #    value run once untimed, then rounds alternating (settings_ab.py)
     if [ -n "$RETRAIN_PRESETS" ]; then
         retrain=0
         for preset in $RETRAIN_PRESETS; do
-            for mode in device host; do
-                step "retrain_${preset}_${mode}_warm" 150 "$PY" benchmarks/end_to_end.py ${smoke[@]+"${smoke[@]}"} \
-                    --json --preset "$preset" --cache-dir "$CACHE" "sim.retrain_examples=$mode" || retrain=1
-            done
-            for round in $(seq 1 "$RETRAIN_ROUNDS"); do
-                for mode in host device; do
-                    step "retrain_${preset}_${mode}_${round}" 120 "$PY" benchmarks/end_to_end.py \
-                        ${smoke[@]+"${smoke[@]}"} --json --preset "$preset" --cache-dir "$CACHE" \
-                        "sim.retrain_examples=$mode" || retrain=1
-                done
-            done
+            step "retrain_$preset" 240 "$PY" benchmarks/settings_ab.py sim.retrain_examples device,host \
+                ${smoke[@]+"${smoke[@]}"} --json --preset "$preset" --rounds "$RETRAIN_ROUNDS" --cache-dir "$CACHE" \
+                || retrain=1
         done
     fi
-    # 8. segment widths: one width per phase, or width classes (more slots filled, more program copies)
+    # 8. segment widths: one width per phase, or width classes (more slots filled, more program copies), a
+    #    population of WIDTHS_MEMBERS EBRank trials, whole runs (retrains included)
     if [ "$WIDTHS" = 1 ]; then
-        widths=0
-        for mode in phase classes; do
-            step "widths_$mode" 150 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --json \
-                --preset "$WIDTHS_PRESET" --queries "$WIDTHS_QUERIES" --families ebrank --populations 1,8 \
-                --reference-sessions 200 --repeats 2 --cache-dir "$CACHE" "sim.segment_widths=$mode" || widths=1
-        done
+        step widths 240 "$PY" benchmarks/settings_ab.py sim.segment_widths phase,classes ${smoke[@]+"${smoke[@]}"} \
+            --json --preset "$WIDTHS_PRESET" --queries "$WIDTHS_QUERIES" --members "$WIDTHS_MEMBERS" --rounds 2 \
+            --cache-dir "$CACHE"
+        widths=$?
     fi
     # 9. sessions per second (at --smoke: populations 1, 2 and 60 queries)
     if [ -n "$SPS_POPULATIONS" ]; then
@@ -203,15 +196,13 @@ for name in ("sweep", "sweep_member_batch1"):
                 "speedup_excluding_compile", "population_compile_seconds", "serial_compile_seconds", "max_abs_diff",
                 "same_choice", "chunks", "backend", "device_kind")
         print(f"{name}:", {k: w.get(k) for k in keys})
-for path in sorted(out.glob("retrain_*.json")):
+for path in sorted(out.glob("retrain_*.json")) + sorted(out.glob("widths.json")):
     r = json.loads(path.read_text())
-    print(f"{path.stem}: train {r['train_seconds']:.2f} s, run {r['run_seconds']:.2f} s, compile "
-          f"{r['compile_seconds']:.2f} s, Cum-NDCG {r['cum_ndcg']}")
-for mode in ("phase", "classes"):
-    w = load(f"widths_{mode}")
-    if w:
-        rates = {p: round(v) for p, v in w["families"]["ebrank"].items()}
-        print(f"widths_{mode}: sessions/s by population {rates}")
+    print(f"{path.stem}: {r['key']} {r['values']}, {r['members']} member(s), same results {r['same_results']}",
+          f"(max abs diff {r['max_abs_diff']:.1e});",
+          "median s", {v: {k: round(x, 2) for k, x in m.items()} for v, m in r["median"].items()},
+          "over the first", {v: {k: None if x is None else round(x, 3) for k, x in m.items()}
+                             for v, m in r["over_first"].items()})
 EOF
     [ "$sweep" = 0 ] && [[ "$sweep1" =~ ^(0|skipped)$ ]] && [[ "$tests" =~ ^(0|skipped)$ ]] \
         && [[ "$sps" =~ ^(0|skipped)$ ]] && [[ "$retrain" =~ ^(0|skipped)$ ]] && [[ "$widths" =~ ^(0|skipped)$ ]]

@@ -177,6 +177,30 @@ def test_sessions_per_sec_smoke(capsys):
     assert out["click_rng"] == ("device" if jax.default_backend() == "gpu" else "host")  # resolved for the backend
 
 
+def test_settings_ab_smoke_times_each_value_and_checks_results(capsys):
+    """settings_ab.py: a performance setting (where a retrain filters its documents) gives the same results in every
+    run, each value's timed runs compile nothing (the untimed first run did), and the ratios are the medians'; a
+    setting that changes the draws (the click stream) is reported as changing the results."""
+    returned, stdout = run_main("benchmarks/settings_ab.py",
+                                ["sim.retrain_examples", "host,device", "--smoke", "--json", "--members", "2"], capsys)
+    out = last_json(stdout)
+    assert out == json.loads(json.dumps(returned))
+    assert out["values"] == ["host", "device"] and out["resolved"] == {"host": "host", "device": "device"}
+    assert out["same_results"] is True and out["max_abs_diff"] == 0.0
+    assert len(out["cum_ndcg_test"]) == 2 == out["members"]
+    assert all(0 < c < 200 for c in out["cum_ndcg_test"])
+    for v in out["values"]:
+        assert len(out["runs"][v]) == out["rounds"] == 1
+        run = out["runs"][v][0]
+        assert run["compiles"] == 0 and run["seconds"] >= run["simulate"] + run["train"] > 0
+        assert out["median"][v]["seconds"] == run["seconds"]
+    assert out["over_first"]["device"]["seconds"] == pytest.approx(
+        out["median"]["device"]["seconds"] / out["median"]["host"]["seconds"])
+    changed = last_json(run_main("benchmarks/settings_ab.py", ["sim.click_rng", "host,device", "--smoke", "--json"],
+                                 capsys)[1])
+    assert changed["same_results"] is False and changed["cum_ndcg_test"] is None and changed["max_abs_diff"] > 0
+
+
 def test_compile_meter_reports_none_without_compile_events(monkeypatch):
     """A JAX whose compile events the meter cannot see (renamed in a new version) gives None, not a wrong 0,
     and the benchmarks' arithmetic on the figures passes None on instead of failing."""
