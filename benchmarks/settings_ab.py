@@ -104,7 +104,9 @@ def main(argv=None) -> dict:
         for v in (values if r % 2 == 0 else values[::-1]):
             with CompileMeter() as meter:
                 seconds, results = run_once(*built[v], keys)
-            timings = {k: float(results[0].timings.get(k, 0.0)) for k in ("simulate", "train", "evaluate")}
+            chunk = built[v][0].chunk_size(len(keys), policy=built[v][1])  # members of a chunk share its timings
+            timings = {k: float(sum(results[i].timings.get(k, 0.0) for i in range(0, len(keys), chunk)))
+                       for k in ("simulate", "train", "evaluate")}
             timed[v].append({"round": r + 1, "seconds": seconds, **timings, "compile_seconds": meter.seconds,
                              "compiles": meter.compiles})
             prints.append(fingerprint(results))
