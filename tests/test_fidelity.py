@@ -312,12 +312,22 @@ def confounded():
     return F.run_checks("confounded_mlp", CONFOUNDED_SEEDS, n_queries=600, n_sessions=200_000, dims=(3, 2))
 
 
+# The confounded bed's pins, rerun 2026-11-27 (93b7d10's tree passes every one of them). Two changes since touch its
+# Affine comparisons, not separated: 'affine' is now the learned Affine (69bf6f8: it learns alpha_k, beta_k from the
+# clicks, as the paper's baseline did; 93b7d10's was told the true ones and clipped negative labels at 0, an oracle),
+# and every estimator has one fixed step budget (a8a4f66). At d = 2 Affine now reaches Vectorization (.9728 against
+# .9723, p = .81; before .9693 against .9723, p = .004); on trust-bias clicks Vectorization equals Affine within .01
+# (.9666 against .9683; before it was above the clipped oracle, .9578 against .9501). docs/testing.md.
+CONFOUNDED_NOT_HOLD = {(2, "affine")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("d", [3, 2])
-@pytest.mark.parametrize("ref", F.SCALAR)
-def test_confounded_vectorization_true_d_beats_every_scalar_estimator_and_affine(confounded, d, ref):
+@pytest.mark.parametrize("d, ref", [(d, ref) for d in (3, 2) for ref in F.SCALAR])
+def test_confounded_vectorization_true_d_beats_every_scalar_estimator_and_affine(confounded, request, d, ref):
     """Issue 11: on vector-EH clicks, Vectorization with the true d is significantly above naive, IPS, DLA,
-    RegressionEM and Affine (one-sided paired t over 10 seeds)."""
+    RegressionEM and Affine (one-sided paired t over 10 seeds); at d = 2 not above Affine (CONFOUNDED_NOT_HOLD)."""
+    if (d, ref) in CONFOUNDED_NOT_HOLD:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NOT_HOLD))
     c = _claim(confounded, f"vector EH d={d}", f"> {ref} on")
     assert c["p_value"] < 0.05 and c["mean_diff"] > 0
 
@@ -329,16 +339,12 @@ def test_confounded_vectorization_d1_matches_dla_on_pbm_clicks(confounded):
 
 @pytest.mark.slow
 def test_confounded_vectorization_on_trust_bias_clicks_is_not_below_affine(confounded):
-    """Trust-bias clicks (a 2-dimensional vector EH): Vectorization (d = 2) is not below Affine; it is above the
-    default Affine (which clips negative aggregated labels at 0, a bias where the logged position is confounded
-    with a feature), and within 0.01 of Affine without the clip (TOST over the same 10 seeds)."""
+    """Trust-bias clicks (a 2-dimensional vector EH): Vectorization (d = 2) equals Affine within 0.01, the paper's
+    Table 2 claim (TOST over the same 10 seeds; Affine learns its alpha_k, beta_k from the clicks, as the paper's
+    baseline did). Before 69bf6f8 and a8a4f66 it was significantly above an Affine told the true alpha_k, beta_k that
+    clipped negative labels at 0 (CONFOUNDED_NOT_HOLD's note)."""
     c = _claim(confounded, "trust bias, d=2", "= Affine")
-    assert c["mean_diff"] > 0 and c["p_difference"] < 0.05  # above the clipped Affine
-    tb = F.BEDS["confounded_mlp"]
-    cfg = F.trust_bias_config(200_000, **{**tb.over(), "estimator_options": {"affine": {"clip_negative": False}}})
-    unclipped = F.compare(tb.queryset(600), cfg, CONFOUNDED_SEEDS, ("affine",))["affine"]
-    t = F.equivalence_test(confounded["raw"]["trust_bias_d2"]["vectorization"], unclipped, 0.01)
-    assert t["p_value"] < 0.05
+    assert c["verdict"] == "holds" and abs(c["mean_diff"]) < 0.01
 
 
 @pytest.mark.slow
