@@ -35,15 +35,13 @@ def compose(overrides: list[str] | tuple[str, ...] = ()):
 def load_run(overrides: list[str] | tuple[str, ...] = ()):
     """The typed run (``ltrjax.schema.ResolvedRun``: checked, every default filled in, the synthetic dataset without
     ``+dataset``) of ``compose(overrides)``, as ``python -m ltrjax.run OVERRIDES`` resolves it; sets its
-    ``jax.matmul_precision`` for this process and relaxes Python's garbage collector (``ltrjax.gc_tuning``), as
-    the entry point does."""
-    from ltrjax.gc_tuning import relax_garbage_collection
-    from ltrjax.precision import set_matmul_precision
+    ``jax.matmul_precision`` for this process and relaxes Python's garbage collector, as the entry point does
+    (``ltrjax.experiment.configure_process``)."""
+    from ltrjax.experiment import configure_process
     from ltrjax.schema import as_run
 
     run = as_run(compose(overrides))
-    set_matmul_precision(run.jax.matmul_precision)  # as ltrjax.run does (ltrjax.experiment.configure_jax)
-    relax_garbage_collection()
+    configure_process(run.jax.matmul_precision)
     return run
 
 
@@ -64,6 +62,16 @@ def load_data(run):
 
     queryset = load_dataset(run.dataset, seed=run.seed, cache_dir=run.data.cache_dir or None)
     return queryset, padded_data(run, queryset)
+
+
+def online_policy(run, data, algorithm: str):
+    """(simulator, policy, tune grid values) of ``algorithm`` (a key of ``run.algorithms``) on ``data``, as
+    ``ltrjax.runner.OnlineRun`` builds them for ``python -m ltrjax.run``."""
+    from ltrjax.runner import build_simulator, make_policy, result_name
+
+    acfg = run.algorithms[algorithm]
+    policy, tune = make_policy(result_name(algorithm, acfg), acfg, data, run.fit_overrides, algorithm)
+    return build_simulator(run, data), policy, tune
 
 
 # --smoke of the online benchmarks (sweep, end_to_end; sessions_per_sec takes its sim.* part): 60 queries, 1,500

@@ -50,13 +50,11 @@ def main(argv=None):
     from ltrjax.offline.experiment import prepare_trial, run_setting
     from ltrjax.offline_runner import experiment_config, load_queryset, run_dataset
     from ltrjax.offline.logging import log_click_stats, log_sessions, reference_session_clicks
-    from ltrjax.gc_tuning import relax_garbage_collection
-    from ltrjax.precision import set_matmul_precision
+    from ltrjax.experiment import configure_process
 
     if args.cache:
         enable_compilation_cache()
-    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
-    relax_garbage_collection()  # as ltrjax.run (ltrjax.gc_tuning)
+    configure_process()  # float32 products, Python's collector relaxed: as ltrjax.run
     cfg = compose(args.dataset, args.overrides)
     exp = override(experiment_config(cfg), {"progress": False, "n_sessions": args.sessions})
     res = {"dataset": args.dataset, "overrides": args.overrides, "smoke": args.smoke, "cpu_count": os.cpu_count(),

@@ -199,11 +199,9 @@ def main(argv=None) -> dict:
     add_cache_arguments(parser)
     args = parser.parse_args(argv)
     use_compilation_cache(args)
-    from ltrjax.gc_tuning import relax_garbage_collection
-    from ltrjax.precision import set_matmul_precision
+    from ltrjax.experiment import configure_process
 
-    set_matmul_precision()  # float32 products on every backend, as ltrjax.run (ltrjax.precision)
-    relax_garbage_collection()  # as ltrjax.run (ltrjax.gc_tuning)
+    configure_process()  # float32 products, Python's collector relaxed: as ltrjax.run
     if args.smoke:
         args.examples, args.members, args.repeats, args.step_batches = 2048, 2, 1, "256"
 

@@ -32,16 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine,  # noqa: E402
-                      online_overrides, use_compilation_cache)
-
-
-def build(cfg, data, algorithm: str):
-    """The simulator and policy ``python -m ltrjax.run`` builds for ``algorithm`` under ``cfg``."""
-    from ltrjax.runner import build_simulator, make_policy, result_name
-
-    acfg = cfg.algorithms[algorithm]
-    policy, _ = make_policy(result_name(algorithm, acfg), acfg, data, cfg.fit_overrides, algorithm)
-    return build_simulator(cfg, data), policy
+                      online_overrides, online_policy, use_compilation_cache)
 
 
 def run_once(sim, policy, keys) -> tuple[float, list]:
@@ -90,7 +81,7 @@ def main(argv=None) -> dict:
     tic = time.perf_counter()
     _, data = load_data(configs[values[0]])
     data_seconds = time.perf_counter() - tic
-    built = {v: build(cfg, data, args.algorithm) for v, cfg in configs.items()}
+    built = {v: online_policy(cfg, data, args.algorithm)[:2] for v, cfg in configs.items()}
     keys = [trial_key(configs[values[0]], t) for t in range(args.members)]
 
     warmup, timed = {}, {v: [] for v in values}

@@ -39,18 +39,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, minus,  # noqa: E402
-                      online_overrides, plus, simulator_prepare_sharing, ratio, use_compilation_cache)
+                      online_overrides, online_policy, plus, simulator_prepare_sharing, ratio, use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
 
 def build(cfg, data):
     """A simulator and the EBRank policy of ``cfg`` (as ``ltrjax.runner.OnlineRun`` builds them), its grid."""
-    from ltrjax.runner import build_simulator, make_policy, result_name, tune_grid
+    from ltrjax.runner import tune_grid
 
-    acfg = cfg.algorithms[ALGORITHM]
-    policy, tune = make_policy(result_name(ALGORITHM, acfg), acfg, data, cfg.fit_overrides, ALGORITHM)
-    return build_simulator(cfg, data), policy, tune_grid(tune)
+    sim, policy, tune = online_policy(cfg, data, ALGORITHM)
+    return sim, policy, tune_grid(tune)
 
 
 def phase_timings(results, starts) -> dict:

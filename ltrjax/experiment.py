@@ -13,22 +13,28 @@ from ltrjax.schema import JaxConfig, ResolvedRun, resolve, write_resolved_config
 log = logging.getLogger("ltrjax")
 
 
-def configure_jax(run: ResolvedRun | None = None) -> None:
-    """The ``jax`` block: float32 matrix products at ``jax.matmul_precision`` (``ltrjax.precision``), and compiled
-    XLA programs persisted between runs (``jax.compilation_cache``) under the data cache's ``xla`` folder
-    (``ltrjax.compile_cache``, the one switch every script uses). Without a run (the experiment scripts): the
-    block's defaults, and the cache folder this process already uses, if any (``ensure_compilation_cache``).
-    Either way Python's garbage collector runs less often while programs are traced (``ltrjax.gc_tuning``)."""
-    from ltrjax.compile_cache import default_cache_dir, enable_compilation_cache, ensure_compilation_cache
+def configure_process(matmul_precision: str | None = None) -> None:
+    """The process-wide settings of every entry point, the compilation cache aside: float32 matrix products at
+    ``matmul_precision`` (default: the ``jax`` block's, ``ltrjax.precision``) and Python's garbage collector run
+    less often while programs are traced (``ltrjax.gc_tuning``). The benchmarks and the tests call it directly."""
     from ltrjax.gc_tuning import relax_garbage_collection
     from ltrjax.precision import set_matmul_precision
 
+    set_matmul_precision(matmul_precision or JaxConfig().matmul_precision)
     relax_garbage_collection()
+
+
+def configure_jax(run: ResolvedRun | None = None) -> None:
+    """The ``jax`` block: ``configure_process`` at ``jax.matmul_precision``, and compiled XLA programs persisted
+    between runs (``jax.compilation_cache``) under the data cache's ``xla`` folder (``ltrjax.compile_cache``, the
+    one switch every script uses). Without a run (the experiment scripts): the block's defaults, and the cache
+    folder this process already uses, if any (``ensure_compilation_cache``)."""
+    from ltrjax.compile_cache import default_cache_dir, enable_compilation_cache, ensure_compilation_cache
+
+    configure_process(None if run is None else run.jax.matmul_precision)
     if run is None:
-        set_matmul_precision(JaxConfig().matmul_precision)
         ensure_compilation_cache()
         return
-    set_matmul_precision(run.jax.matmul_precision)
     if run.jax.compilation_cache:
         enable_compilation_cache(default_cache_dir(run.data.cache_dir or None))
 

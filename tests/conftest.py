@@ -28,11 +28,9 @@ jax.config.update(
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
-from ltrjax.gc_tuning import relax_garbage_collection  # noqa: E402
-from ltrjax.precision import set_matmul_precision  # noqa: E402
+from ltrjax.experiment import configure_process  # noqa: E402
 
-set_matmul_precision()  # float32 products, as the entry points set them
-relax_garbage_collection()  # as the entry points: tracing spends less time in Python's collector
+configure_process()  # as the entry points: float32 products; tracing spends less time in Python's collector
 
 
 @pytest.fixture
