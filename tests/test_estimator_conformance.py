@@ -76,11 +76,11 @@ def _ndcg(shape: str, name: str, ranker: str = "linear") -> tuple[float, float]:
 # tests/test_offline_experiment.py (fit keeps the best epoch, end-to-end run), tests/test_saved_models.py and the
 # offline benchmark smokes, and the production ranker, trained by the same loss, runs in every case here.
 SLOW_BY_DEFAULT = {"labeled"}
-# Below the production ranker by more than MARGIN, first seen 2026-11-26 and again 2026-11-27 (NDCG@10 0.265 against
-# 0.333, the same under every XLA setting; docs/testing.md): pinned, so the slow tier passes while it stays so and fails
-# (strict) the day it no longer does. Not investigated.
-KNOWN_BELOW = {("long_lists_5grades_few_queries", "regression_em"):
-               "RegressionEM on long lists with few queries: NDCG@10 0.265, production 0.333 (docs/testing.md)"}
+# Below the production ranker by more than MARGIN, with the evidence: each entry a strict xfail, so the slow tier passes
+# while it stays so and fails the day it no longer does. Empty since RegressionEM trains ULTRA's 10,000 steps
+# (min_steps; it was 1,000, and on long_lists_5grades_few_queries it scored NDCG@10 0.265 against production's 0.333
+# with theta unconverged; now 0.360; docs/testing.md).
+KNOWN_BELOW: dict[tuple[str, str], str] = {}
 
 
 def _cases():
