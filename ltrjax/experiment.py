@@ -79,6 +79,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
     from ltrjax.data.registry import load_dataset
     from ltrjax.record import ONLINE_KINDS, hold_run_folder
 
+    # no "Unable to initialize backend 'tpu'" line in every run's log: resolving the run probes the backends
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     run = resolve(cfg, overrides, cwd=cwd or Path.cwd())
     out_dir = Path(out_dir)
     # the run's modules (matplotlib's C extensions among them) are imported before the folder is held: a Ctrl-C that
@@ -93,7 +95,6 @@ def run_experiment(cfg: DictConfig, out_dir: Path, overrides=(), cwd: Path | Non
             if on_accepted is not None:
                 on_accepted()
 
-        logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU found" noise
         configure_jax(run)
         kind = run.kind
         if kind in ("online", "online_table"):

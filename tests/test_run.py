@@ -67,11 +67,15 @@ def test_tiny_run_writes_results(tiny_run):
 
 # --------------------------------------------------------------------------- missing data
 def test_missing_dataset_exits_2_with_one_paragraph(tmp_path):
-    proc = run_cli(tmp_path, "+dataset=mslr30k", "dataset.path=/nonexistent/mslr")
+    # as a user runs it: without JAX_PLATFORMS, so JAX probes its backends (the run quiets "Unable to initialize
+    # backend 'tpu'" before it resolves the configuration)
+    proc = run_ltrjax("+dataset=mslr30k", "dataset.path=/nonexistent/mslr", f"hydra.run.dir={tmp_path / 'out'}",
+                      f"data.cache_dir={tmp_path / 'cache'}", cpu_only=False, timeout=600)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("ltrjax:")]
-    assert len(lines) == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ltrjax:"), proc.stderr
+    assert "Unable to initialize backend" not in proc.stdout + proc.stderr
     message = lines[0]
     assert "/nonexistent/mslr" in message
     assert "https://www.microsoft.com/en-us/research/project/mslr/" in message

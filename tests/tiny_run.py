@@ -40,11 +40,14 @@ def ltrjax_run(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "ltrjax.run", *overrides, "jax.compilation_cache=false", "progress=false"]
 
 
-def run_ltrjax(*overrides: str, cwd: Path = REPO, timeout: float = 600, popen: bool = False):
+def run_ltrjax(*overrides: str, cwd: Path = REPO, timeout: float = 600, popen: bool = False, cpu_only: bool = True):
     """Run ``ltrjax_run(*overrides)`` in ``cwd`` with ``suite_cache_env()``, output captured as text: the finished
-    ``CompletedProcess``, or with ``popen`` the running ``Popen`` (stdout and stderr piped)."""
+    ``CompletedProcess``, or with ``popen`` the running ``Popen`` (stdout and stderr piped). ``cpu_only=False``:
+    without ``JAX_PLATFORMS``, as a user runs it (JAX probes every backend it knows)."""
     cmd = ltrjax_run(*overrides)
+    env = suite_cache_env()
+    if not cpu_only:
+        env.pop("JAX_PLATFORMS")
     if popen:
-        return subprocess.Popen(cmd, cwd=cwd, env=suite_cache_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    return subprocess.run(cmd, cwd=cwd, env=suite_cache_env(), capture_output=True, text=True, timeout=timeout)
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
