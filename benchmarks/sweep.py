@@ -3,7 +3,7 @@
 The sweep is what ``python -m ltrjax.run`` runs for EBRank: ``--seeds`` trials (trial keys as the runner
 makes them, ``ltrjax.runner.trial_key``) x the ``tune`` grid of conf/algorithm/ebrank.yaml (7 epsilon
 values), on the ``synthetic_mq2007`` preset under the default protocol of conf/config.yaml (BM25 warm-up,
-Eq. 29 session count, 20 evaluate-then-retrain points). It is run twice:
+Eq. 28 session count, 20 evaluate-then-retrain points). It is run twice:
 
   (a) population: every member in one ``Simulator.run_population`` call (one vmapped program; chunked only
       if the members do not fit the memory budget);

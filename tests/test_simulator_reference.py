@@ -102,6 +102,22 @@ def frozen_ctr_scorer(params, draws, inputs):
     return score
 
 
+def test_protocols_retrain_points_and_session_counts(setup):
+    """The EBRank protocol retrains after every segment but the last (19 of 20); the UCBRank protocol (100 refreshes,
+    20 updates) after refreshes 2, 7, ..., 97, 20 times, its code's ``points[n_d//2::n_d]``. Session counts:
+    EBRank Eq. 28, #Q x (mean docs - 5) / eta; UCBRank §6.1.2, #Q x mean docs / eta."""
+    from ltrjax.online.simulator import default_session_count
+
+    ebrank = SimConfig(n_updates=20)
+    assert [i for i in range(20) if ebrank.retrains_after(i)] == list(range(19))
+    ucbrank = SimConfig(n_updates=20, refreshes=100)
+    assert [i for i in range(100) if ucbrank.retrains_after(i)] == list(range(2, 100, 5))
+    data = setup[0]
+    n_docs = np.concatenate([np.asarray(b.n_docs) for b in data.buckets])
+    assert default_session_count(data, 0.5) == round(data.n_queries * (n_docs.mean() - 5) / 0.5)
+    assert default_session_count(data, 0.5, "ucbrank") == round(data.n_queries * n_docs.mean() / 0.5)
+
+
 def test_refreshes_records_and_logs_match_reference(setup):
     data, model, _ = setup
     config = dataclasses.replace(CONFIG, n_updates=2, refreshes=6)
@@ -113,12 +129,14 @@ def test_refreshes_records_and_logs_match_reference(setup):
 
     assert len(result.logs) == 6 and len(result.eval_history) == 6
     assert_matches_reference(sim, result, reference)
-    # 6 refreshes, 2 models: one retrain, after the third segment, from the log of segments 0-2
-    assert [config.retrains_after(i) for i in range(6)] == [False, False, True, False, False, False]
-    assert n_updates == 1 and len(result.train_info) == 1 and int(result.final_params["retrains"]) == 1
+    # 6 refreshes, 2 models: two retrains, after the middle segment of each three (the UCBRank code's
+    # points[n_d//2::n_d]), the first from the log of segments 0-1, the second from segments 2-4
+    assert [config.retrains_after(i) for i in range(6)] == [False, True, False, False, True, False]
+    assert n_updates == 2 and len(result.train_info) == 2 and int(result.final_params["retrains"]) == 2
     info = result.train_info[0]
-    first_three = np.concatenate([log.session for log in result.logs[:3]])
-    np.testing.assert_array_equal(info["sessions"], first_three)
+    np.testing.assert_array_equal(info["sessions"], np.concatenate([log.session for log in result.logs[:2]]))
+    np.testing.assert_array_equal(result.train_info[1]["sessions"],
+                                  np.concatenate([log.session for log in result.logs[2:5]]))
     np.testing.assert_array_equal(info["n_clicks"], info["clicks"].sum(axis=1))  # records line up with sessions
     assert info["clicks"].sum() > 0
     # the frozen CTR really changed ranking between refreshes (the policy is not a constant)

@@ -324,7 +324,8 @@ def test_configs_build_policies(toy, prefix, strategy):
 # --------------------------------------------------------------------------- vectorized == reference
 def ucb_scorer(policy, sim, key):
     """NumPy UCBRank scores for ``run_reference``: the model on the refresh's behaviour counters (with
-    the refresh's MC masks), the exploration term from the live counters and T_q counted here."""
+    the refresh's MC masks), the exploration term from the live counters and T_q counted here; Eq. 12's switch
+    and Delta from the refresh's counters, or with ``evidence="live"`` from the live ones."""
     warm, _ = sim.session_plan(trial_keys(key).plan)
     issued = Counter(np.asarray(warm.query).tolist())  # the BM25 warm-up sessions count in T_q
 
@@ -343,6 +344,10 @@ def ucb_scorer(policy, sim, key):
             samples = np.stack([numpy_mlp(params["model"], x, m) for m in masks], axis=-1)
             f, es = samples.mean(-1), samples.std(-1)
             if policy.setting == "ie":
+                if policy.live:
+                    seen = counters["alpha_sum"] > 0
+                    delta = np.where(seen, (counters["clicks"] - counters["beta_sum"])
+                                     / np.where(seen, counters["alpha_sum"], 1), -2.0)
                 bonus = np.sqrt(np.log(issued[q]) / np.maximum(counters["impressions"], 1))
                 f, es = np.where(seen, delta, f), np.where(seen, bonus, es)
             return (f + lam * es).astype(np.float32)
@@ -354,8 +359,9 @@ def ucb_scorer(policy, sim, key):
 
 @pytest.mark.parametrize("make_policy, hyper", [
     (lambda d: UCBRank(d, setting="ie", fit=FIT), {"exploration": 0.3}),
+    (lambda d: UCBRank(d, setting="ie", fit=FIT, evidence="live"), {"exploration": 0.3}),
     (lambda d: UCBRank(d, setting="concat", train=False), {"exploration": 2.0}),
-], ids=["ucbrank_ie", "ucbrank_concat_frozen"])
+], ids=["ucbrank_ie", "ucbrank_ie_live", "ucbrank_concat_frozen"])
 def test_vectorized_equals_reference(toy, make_policy, hyper):
     data, sim = toy
     policy = make_policy(data)
@@ -367,6 +373,21 @@ def test_vectorized_equals_reference(toy, make_policy, hyper):
     assert n_updates == (2 if policy.trains else 0)
     assert len(result.train_info) == n_updates
     assert np.isfinite([result.warm_ndcg, result.cold_ndcg]).all()
+
+
+def test_live_evidence_changes_what_is_shown_and_refuses_concat(toy):
+    """evidence="live" (EBRank Table 3) reads Eq. 12 from the live counters: on the same trial the shown lists
+    differ from the refreshed evidence's; concat's x_b is a model input and cannot be live."""
+    data, sim = toy
+    shown = {}
+    for evidence in ("refreshed", "live"):
+        policy = UCBRank(data, setting="ie", train=False, evidence=evidence)
+        result = sim.run(policy, KEY, hyper={"exploration": 0.3}, progress=False, keep_logs=True)
+        shown[evidence] = np.concatenate([log.shown for log in result.logs])
+    assert shown["live"].shape == shown["refreshed"].shape
+    assert (shown["live"] != shown["refreshed"]).any(axis=1).mean() > 0.01
+    with pytest.raises(ValueError, match="live"):
+        UCBRank(data, setting="concat", evidence="live")
 
 
 def test_exploration_changes_what_is_shown(toy):

@@ -61,6 +61,7 @@ DISCOUNTS = ("auto", "log2", "examination")
 CLICK_RNGS = ("auto", "host", "device")
 HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder", "classes")
+SESSION_COUNTS = ("ebrank", "ucbrank")
 RETRAIN_EXAMPLES = ("auto", "host", "device")
 CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
 # the sim keys that change only what is reported (history_splits) or how fast (segment_widths, retrain_examples):
@@ -75,7 +76,10 @@ class SimConfig:
     top_k: PositiveInt = 5
     initial_docs: Annotated[tuple[int, int], Length(2), Each(Range(1))] = (5, 9)
     entry_prob: Probability = 1.0
-    sessions: PositiveInt | None = None  # None: #queries x (mean docs - 5) / entry_prob (EBRank Eq. 29)
+    sessions: PositiveInt | None = None  # None: counted by ``session_count`` (``default_session_count``)
+    # how sessions=None counts the main phase's sessions: "ebrank" = #queries x (mean docs - 5) / entry_prob (EBRank
+    # Eq. 28), "ucbrank" = #queries x mean docs / entry_prob (UCBRank §6.1.2: 134k, 30k, 2.4M, 7.6M sessions)
+    session_count: Annotated[str, OneOf(SESSION_COUNTS)] = "ebrank"
     warmup_sessions_per_query: NonNegativeInt = 20
     n_updates: PositiveInt = 20
     refreshes: PositiveInt | None = None  # segments = behaviour-feature refreshes; None: n_updates (UCBRank: 100)
@@ -143,9 +147,12 @@ class SimConfig:
         return int(self.refreshes or self.n_updates)
 
     def retrains_after(self, segment: int) -> bool:
-        """Whether the policy retrains after ``segment`` (never after the last one)."""
+        """Whether the policy retrains after ``segment`` (never after the last one): with one segment per update,
+        after every segment; with ``per`` = segments / updates > 1, after the middle segment of every ``per``
+        (segments per//2, per//2 + per, ...), the UCBRank code's ``update_points = points[n_d//2::n_d]``
+        (seed-code.md §2.1): 100 refreshes and 20 updates retrain after segments 2, 7, ..., 97, 20 times."""
         per = max(self.n_segments // self.n_updates, 1)
-        return (segment + 1) % per == 0 and segment < self.n_segments - 1
+        return segment % per == per // 2 and segment < self.n_segments - 1
 
 
 class PerfectDocs(NamedTuple):
@@ -347,10 +354,13 @@ def concat_logs(logs: list[SessionLog]) -> SessionLog:
                                                                                      "session")), record=record)
 
 
-def default_session_count(data: PaddedDataset, entry_prob: float) -> int:
-    """#queries x (average documents - 5) / eta_new (EBRank Eq. 29)."""
+def default_session_count(data: PaddedDataset, entry_prob: float, rule: str = "ebrank") -> int:
+    """The main phase's sessions when ``sim.sessions`` is null: ``rule="ebrank"``, #queries x (average documents - 5)
+    / eta_new (EBRank Eq. 28); ``"ucbrank"``, #queries x average documents / eta_new (UCBRank §6.1.2: "roughly
+    134k, 30k, 2.4M, and 7.6M sessions for MQ2007, MQ2008, MSLR-10K, and MSLR-30K"; the code's ``n_iteration``)."""
     mean_docs = float(np.mean(np.concatenate([np.asarray(b.n_docs) for b in data.buckets])))
-    return max(1, int(round(data.n_queries * max(mean_docs - 5.0, 1.0) / entry_prob)))
+    docs = mean_docs - 5.0 if rule == "ebrank" else mean_docs
+    return max(1, int(round(data.n_queries * max(docs, 1.0) / entry_prob)))
 
 
 VIEW_BLOCK_BYTES = 1 << 26  # a retrain's dataset-order views are computed and copied at most this much at a time
@@ -710,7 +720,7 @@ class Simulator:
     def session_counts(self) -> tuple[int, int]:
         """(warm-up, main) sessions of a trial."""
         cfg = self.config
-        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob)
+        n_main = cfg.sessions or default_session_count(self.data, cfg.entry_prob, cfg.session_count)
         return cfg.warmup_sessions_per_query * self.data.n_queries, n_main
 
     def session_plan(self, key: jax.Array) -> tuple[SessionDraws, SessionDraws]:

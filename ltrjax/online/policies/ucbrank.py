@@ -11,11 +11,14 @@ Feature settings (``ltrjax.online.behaviour``):
 - ``concat``    f([x_nb, x_b]), x_b = Delta or CTR               (Eq. 11)
 - ``ie``        x_b (Delta) if the document was shown (sum alpha_k > 0), else f(x_nb)  (Eq. 12)
 
-Behaviour features are *refreshed*, not live: x_b, the IE switch and every model output (the
-deterministic f and the MC-dropout mean/std over ``n_passes`` shared masks, Eq. 15-16) are
-computed in ``prepare`` from the counters as of the segment start (a segment = one refresh,
-``sim.refreshes``), and ``refresh`` stores a fresh dropout key so each refresh redraws the masks.
-Inside the session scan only the exploration term is added. Strategies (K = 5):
+Behaviour features are *refreshed* by default (``evidence="refreshed"``, the UCBRank code: "policy scores, doc_freq,
+clicks and Delta are frozen within an interval", seed-code.md §2.1): x_b, the IE switch and every model output (the
+deterministic f and the MC-dropout mean/std over ``n_passes`` shared masks, Eq. 15-16) are computed in ``prepare``
+from the counters as of the segment start (a segment = one refresh, ``sim.refreshes``), and ``refresh`` stores a
+fresh dropout key so each refresh redraws the masks. Inside the session scan only the exploration term is added.
+With ``evidence="live"`` (``ie`` only; EBRank Table 3 sets it: under the EBRank protocol behaviour is read live, and
+the EBRank code rebuilds its UCBRank's scores every session, seed-code.md §2.3) Eq. 12's switch and x_b = Delta are
+read from the live counters in the scan; the model outputs still change only at refreshes. Strategies (K = 5):
 
 - ``topk``     s = f                                                (lambda = 0)
 - ``randomk``  s = U(0,1) per document and session: a uniform random K-subset (f still trains)
@@ -59,6 +62,7 @@ from ltrjax.online.training_data import member_splits, split_capacity
 STRATEGIES = ("topk", "randomk", "epsilon", "ucb")
 UCB_CENTERS = ("mc_mean", "model")
 IE_UNSHOWN_BONUSES = ("mc_std", "count")
+EVIDENCE = ("refreshed", "live")
 
 # The paper code (seed-code.md §2.2): Keras Adam (lr 1e-3), <= 100 epochs, early stopping with restore-best
 # (patience 40 on MQ2007/MQ2008, 5 on MSLR), batch the largest power of two below #validation docs (<= 4096).
@@ -96,6 +100,7 @@ class UCBRank(Policy):
                  dropout: Annotated[float, Range(0, 1, hi_open=True)] = 0.5, n_passes: PositiveInt = N_PASSES,
                  ucb_center: Annotated[str, OneOf(UCB_CENTERS)] = "mc_mean",
                  ie_unshown_bonus: Annotated[str, OneOf(IE_UNSHOWN_BONUSES)] = "mc_std",
+                 evidence: Annotated[str, OneOf(EVIDENCE)] = "refreshed",
                  min_impressions: NonNegative = 0, ctr_prior_count: NonNegative = 0.0, train: bool = True,
                  fit: dict | None = None, name: str | None = None):
         if strategy not in STRATEGIES:
@@ -104,9 +109,15 @@ class UCBRank(Policy):
             raise ValueError(f"unknown ucb_center {ucb_center!r}; expected one of {UCB_CENTERS}")
         if ie_unshown_bonus not in IE_UNSHOWN_BONUSES:
             raise ValueError(f"unknown ie_unshown_bonus {ie_unshown_bonus!r}; expected one of {IE_UNSHOWN_BONUSES}")
+        if evidence not in EVIDENCE:
+            raise ValueError(f"unknown evidence {evidence!r}; expected one of {EVIDENCE}")
+        if evidence == "live" and setting == "concat":
+            raise ValueError("evidence='live' reads x_b in the session scan, which only setting='ie' can: under 'concat' "
+                             "x_b is a model input, computed at refreshes (the CF *_concat learners read it live)")
         self.name = name or self.name
         self.strategy = strategy
         self.setting = behav.check_setting(setting)
+        self.live = evidence == "live" and self.setting == "ie"  # Eq. 12 from the live counters in the scan
         self.behaviour = behav.check_feature(behaviour)
         self.exploration = float(exploration)
         self.ucb_center = ucb_center
@@ -157,16 +168,20 @@ class UCBRank(Policy):
             return jax.tree_util.tree_map(bucket.on_slots, fn(bucket.doc_features))
         return fn(self.inputs(bucket.features, counters))
 
+    def refreshed_evidence(self, model_scores, behaviour: DocCounters):
+        """Eq. 12 at the refresh (``evidence``: ``evidence="live"`` applies it in the scan instead)."""
+        return model_scores if self.live else self.evidence(model_scores, behaviour)
+
     def prepare(self, params, bucket: Bucket, behaviour: DocCounters):
         """Per-document values of one refresh from the counters at the segment start (dataset order)."""
         model = lambda x: self.model(params["model"], x)  # noqa: E731
         if self.strategy != "ucb":
-            return {"score": self.evidence(self.on_slots(model, bucket, behaviour), behaviour)}
+            return {"score": self.refreshed_evidence(self.on_slots(model, bucket, behaviour), behaviour)}
         mean, std = self.on_slots(lambda x: self.model.mc_scores(params["model"], x, params["dropout_key"]), bucket,
                                   behaviour)
         center = mean if self.ucb_center == "mc_mean" else self.on_slots(model, bucket, behaviour)
-        aux = {"score": self.evidence(center, behaviour), "std": std}
-        if self.setting == "ie":
+        aux = {"score": self.refreshed_evidence(center, behaviour), "std": std}
+        if self.setting == "ie" and not self.live:
             aux["shown"] = behaviour.alpha_sum > 0  # the Eq. 12 switch, frozen with x_b
         return aux
 
@@ -177,12 +192,15 @@ class UCBRank(Policy):
             return aux["std"]
         bonus = ucb_bonus(view.issue_count, view.counters.impressions)
         unshown = aux["std"] if self.ie_unshown_bonus == "mc_std" else bonus
-        return jnp.where(aux["shown"], bonus, unshown)
+        shown = view.counters.alpha_sum > 0 if self.live else aux["shown"]
+        return jnp.where(shown, bonus, unshown)
 
     def session_scores(self, view: QueryView, key):
         if self.strategy == "randomk":
             return jax.random.uniform(key, view.counters.clicks.shape)
         scores = view.aux["score"]
+        if self.live:
+            scores = self.evidence(scores, view.counters)
         if self.strategy == "epsilon":
             scores = scores + view.hyper.exploration * jax.random.uniform(key, scores.shape)
         elif self.strategy == "ucb":
