@@ -201,3 +201,22 @@ def test_result_randomization_estimates_the_examination_curve():
     est = randomization_propensities(jax.random.PRNGKey(0), pbm(theta), logged, 200_000)
     np.testing.assert_allclose(est, theta / theta[0], atol=0.03)
     assert est[0] == 1.0
+
+
+def test_result_randomization_is_unbiased_when_list_length_and_relevance_go_together():
+    """Half the lists have 4 documents, all relevant (R = .9), half 10 documents, mostly not (R = .1): position 1's
+    click rate over all sessions is about 5x that of the long lists, so normalising by it put theta_k beyond 4 at
+    about a fifth of the truth. Over the sessions that reach k the ratio is theta_k / theta_1 again."""
+    from ltrjax.offline.logging import randomization_propensities
+
+    n = 40
+    mask = np.ones((n, K), bool)
+    mask[: n // 2, 4:] = False
+    rel = np.where(mask, np.where(np.arange(n)[:, None] < n // 2, 0.9, 0.1), 0.0)
+    logged = LoggedLists(features=jnp.zeros((n, K, 2)), labels=jnp.asarray(mask.astype(np.int32)),
+                         relevance=jnp.asarray(rel, jnp.float32), mask=jnp.asarray(mask),
+                         doc_index=jnp.zeros((n, K), jnp.int32), query_index=jnp.arange(n))
+    theta = examination("inverse", K)
+    est = randomization_propensities(jax.random.PRNGKey(1), pbm(theta), logged, 200_000)
+    np.testing.assert_allclose(est, theta / theta[0], rtol=0.15)
+    assert est[0] == 1.0

@@ -360,7 +360,8 @@ def prs_claims(part: dict | None, fx: FidelityConfig, qs) -> list:
     else:
         t = F.paired_test(t1["table"]["prs_lambda"], t1["table"]["ips_lambda"])
         c = claim("prs_lambda_gt_ips_lambda", f"{getattr(qs, 'name', '?')}, {px.table1_ranker} trees, whole lists, "
-                  f"theta estimated by result randomization", t,
+                  f"theta estimated by result randomization; the comparator is IPS-LambdaMART told that theta, not "
+                  f"Unbiased LambdaMART's jointly learned t+/t- (docs/fidelity.md)", t,
                   {n: _mean(v) for n, v in t1["table"].items()})
         out.append(_no_cause(c))
     return out

@@ -226,24 +226,28 @@ def log_click_stats(key, model: ClickModel, logged: LoggedLists, n_sessions: int
 def randomization_propensities(key, model: ClickModel, logged: LoggedLists, n_sessions: int,
                                chunk: int = 1 << 14) -> np.ndarray:
     """theta_k / theta_1 estimated by a simulated result-randomization experiment (Joachims et al. 2017; PRS
-    Table 1): each session shows a logged list in a uniformly random order, so relevance is independent of
-    position and the click rate at k, over sessions whose list reaches k, is proportional to theta_k."""
+    Table 1): each session shows a logged list in a uniformly random order, so within a list relevance is independent
+    of position, and over the sessions whose list reaches k the clicks at k and at 1 are in the ratio theta_k /
+    theta_1. Both counts are taken over those sessions only: normalising by position 1's click rate over all sessions
+    is biased where list length and relevance go together (short lists of mostly relevant documents inflate it, and
+    theta_k beyond the short lists' length comes out too small)."""
     n_queries, k = logged.mask.shape
     clicks_at = np.zeros(k)
-    shown_at = np.zeros(k)
+    first_clicks_reaching = np.zeros(k)  # clicks at position 1 of the sessions whose list reaches position k
     done, i = 0, 0
     while done < n_sessions:
         n = min(chunk, n_sessions - done)
         c, shown = _randomized_chunk(jax.random.fold_in(key, i), model, logged, chunk)
-        clicks_at += np.asarray(c[:n]).sum(0)
-        shown_at += np.asarray(shown[:n]).sum(0)
+        c, shown = np.asarray(c[:n], np.float64), np.asarray(shown[:n], np.float64)
+        clicks_at += c.sum(0)
+        first_clicks_reaching += c[:, 0] @ shown
         done, i = done + n, i + 1
-    ctr = clicks_at / np.maximum(shown_at, 1.0)
-    if ctr[0] <= 0:
+    if first_clicks_reaching[0] <= 0:
         raise ValueError("randomization_propensities: no click at position 1; log more randomization sessions")
-    # positions never clicked (or shown) get the smallest estimated propensity, not 0 (IPS divides by it)
-    positive = ctr[ctr > 0]
-    return np.where(ctr > 0, ctr, positive.min()) / ctr[0]
+    ratio = clicks_at / np.maximum(first_clicks_reaching, 1.0)
+    # positions never clicked (or never reached) get the smallest estimated propensity, not 0 (IPS divides by it)
+    positive = ratio[ratio > 0]
+    return np.where(ratio > 0, ratio, positive.min())
 
 
 @functools.partial(jax.jit, static_argnames=("chunk",))

@@ -6,9 +6,11 @@ Clicked documents are weighted by w_k = min(1/theta_k, M) (option ``clip`` = M; 
 ``ips`` and ``ips_oracle`` share the loss; the names say what the experiment tells them: ``ips_oracle`` gets
 the true theta (an upper reference), ``ips`` the propensities the paper gave its IPS (known in PRS Figs. 3-6,
 estimated by randomization in PRS Table 1).
-``ips_lambda`` (``make_lambda``): Unbiased LambdaMART's weighting as PRS §5.1 writes its baseline, the pairwise
-IPS weight 1/theta_{k_i} times |Delta NDCG_ij| of swapping i and j (``prs_lambda`` with theta_j / theta_i
-replaced by 1 / theta_i): the tree baseline of PRS Table 1's PRS-LambdaMART.
+``ips_lambda`` (``make_lambda``): IPS-LambdaMART, the pairwise IPS weight 1/theta_{k_i} of the clicked document times
+|Delta NDCG_ij| of swapping i and j (``prs_lambda`` with theta_j / theta_i replaced by 1 / theta_i): the tree
+baseline our PRS Table 1 analogue compares PRS-LambdaMART with. It is *not* the paper's Unbiased LambdaMART, which
+also weights the unclicked side and learns t+ and t- jointly from the clicks (PRS §5.2; ``pair_debias`` learns them,
+without the lambda weighting): docs/fidelity.md.
 """
 
 import dataclasses
