@@ -387,21 +387,25 @@ def test_beds_and_experiment_pass_the_bed_to_the_checks(monkeypatch, tmp_path):
 
 
 def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
-    """PRS Table 1's analogue: prs_lambda against ips_lambda (Unbiased LambdaMART), both LightGBM trees told theta
-    estimated by result randomization, on the same boosting-round budget; the sweeps are saved before it."""
+    """PRS Table 1's analogue: prs_lambda told theta estimated by result randomization against Unbiased LambdaMART
+    (pair_debias_lambda, learning t+/t- with the trees), ips_lambda an extra column; LightGBM trees on the same
+    boosting-round budget; the sweeps are saved before it."""
     pytest.importorskip("lightgbm")
     from ltrjax.offline_runner import run_fidelity
     from ltrjax.data.toy import toy_queryset
 
     one_thread = {"gbdt": {"num_threads": 1}}  # the same trees (gbdt.GBDT_DEFAULTS), faster in a busy process
     cfg = {"experiment": {"trials": 2, "eval_buckets": 1, "parts": ["prs"], "randomization_sessions": 2000,
-                          "estimator_options": {"prs_lambda": one_thread, "ips_lambda": one_thread},
+                          "estimator_options": {"prs_lambda": one_thread, "ips_lambda": one_thread,
+                                                "pair_debias_lambda": one_thread},
                           "prs": {"estimators": ["ips", "prs"], "max_steps": 8, "clicks_per_query": 10,
                                   "click_sweep": [10], "noise": [0.1], "assumed_eta": [1.0], "table1": True,
                                   "table1_rounds": 3}}}
     # the smoke run's data (experiments/offline_fidelity.py): its PRS part compiled the linear ips and prs programs
     res = run_fidelity(cfg, tmp_path, queryset=toy_queryset(60, seed=3), log=lambda *a: None)
-    (c,) = [c for c in res["claims"] if c["id"] == "prs_lambda_gt_ips_lambda"]
+    (c,) = [c for c in res["claims"] if c["id"] == "prs_lambda_gt_unbiased_lambdamart"]
     assert c["verdict"] != "untestable" and c["n"] == 2 and 0.0 <= c["p_value"] <= 1.0
+    assert set(c["ours"]) == {"prs_lambda", "pair_debias_lambda"}
     plan = res["training"]["prs_table1"]
-    assert plan["prs_lambda"]["max_rounds"] == plan["ips_lambda"]["max_rounds"] == 3
+    assert plan["prs_lambda"]["max_rounds"] == plan["pair_debias_lambda"]["max_rounds"] == plan["ips_lambda"][
+        "max_rounds"] == 3

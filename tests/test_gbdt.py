@@ -61,7 +61,7 @@ def test_objective_fed_to_lightgbm_is_the_numpy_prs_gradient_and_hessian():
 
 
 @pytest.mark.parametrize("name", ["naive", "ips", "ips_oracle", "pns", "prs", "prs_lambda", "ips_lambda",
-                                  "labeled", "production"])
+                                  "pair_debias_lambda", "labeled", "production"])
 def test_closed_form_hessian_equals_one_hessian_vector_product_per_slot(name):
     """The pairwise estimators' closed-form diag H (``pair_hessian_diagonal``) is the exact one: it equals the
     generic path (one HVP per list slot) on random scores, ragged lists and lambda weights; estimators without
@@ -90,8 +90,8 @@ def test_closed_form_hessian_equals_one_hessian_vector_product_per_slot(name):
         assert est.pair_weights is not None
     _, state = est.init(jax.random.PRNGKey(0), 1, props)
     s = jnp.asarray(rng.normal(size=(q, k)).astype(np.float32) * 2.0)
-    g, h = gbdt.score_derivatives(est)(s, state, batch)
-    g_cols, h_cols = gbdt.score_derivatives(est, by_columns=True)(s, state, batch)
+    g, h, _ = gbdt.score_derivatives(est)(s, state, batch)
+    g_cols, h_cols, _ = gbdt.score_derivatives(est, by_columns=True)(s, state, batch)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(g_cols))
     np.testing.assert_allclose(np.asarray(h)[mask], np.asarray(h_cols)[mask], rtol=2e-5, atol=1e-7)
     assert float(np.abs(np.asarray(h)[mask]).max()) > 0  # a check that can fail: the lists do carry curvature

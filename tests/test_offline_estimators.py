@@ -114,6 +114,66 @@ def test_pair_debias_learns_position_bias_direction():
     assert tp[-1] < tp[0]  # clicks at low positions are rarer: t+ decreases with position
 
 
+def test_unbiased_lambdamart_loss_and_bias_update_equal_a_numpy_sum_over_pairs():
+    """pair_debias_lambda (Unbiased LambdaMART, PRS Table 1's baseline): loss sum_ij P^lambda_ij |Delta DCG_ij|
+    l_ij / (t+_i t-_j) / N and the bias update of ``pair_debias`` on the |Delta DCG|-weighted pair losses, against
+    plain NumPy loops; with t+ = t- = 1 frozen it is ips_lambda told theta = 1."""
+    from ltrjax.offline.estimators.base import ranks_of
+
+    batch, _, _ = _setup()
+    est = make_estimator("pair_debias_lambda", step=0.3, p=1.0)
+    params, state = _init(est, _props(np.ones(K)))
+    rng = np.random.default_rng(4)
+    tp, tm = rng.uniform(0.3, 1.5, K).astype(np.float32), rng.uniform(0.5, 2.0, K).astype(np.float32)
+    tp[0] = tm[0] = 1.0
+    state = {**state, "t_plus": jnp.asarray(tp), "t_minus": jnp.asarray(tm)}
+    (loss, new_state), _ = _value_and_grad(est)(params, state, batch, None)
+    s = np.asarray(est.score(params, state, batch.features, batch.mask), np.float64)
+    d = 1.0 / np.log2(1.0 + np.asarray(ranks_of(jnp.asarray(s), batch.mask)))
+    mask, lam = np.asarray(batch.mask), np.asarray(batch.pairs_lambda, np.float64)
+    total, a_plus, a_minus = 0.0, np.zeros(K), np.zeros(K)
+    for q in range(Q):
+        for i in range(K):
+            for j in range(K):
+                if not (mask[q, i] and mask[q, j]) or lam[q, i, j] == 0:
+                    continue
+                pl = lam[q, i, j] * abs(d[q, i] - d[q, j]) * np.log1p(np.exp(-(s[q, i] - s[q, j])))
+                total += pl / (tp[i] * tm[j])
+                a_plus[i] += pl / tm[j]
+                a_minus[j] += pl / tp[i]
+    assert total > 0
+    np.testing.assert_allclose(float(loss), total / float(np.sum(batch.n_sessions)), rtol=1e-4)
+    for t, a, name in ((tp, a_plus, "t_plus"), (tm, a_minus, "t_minus")):
+        want = np.where(a > 0, 0.7 * t + 0.3 * np.sqrt(a / a[0]), t)
+        np.testing.assert_allclose(np.asarray(new_state[name]), want, rtol=1e-4)
+    _assert_same(make_estimator("pair_debias_lambda", step=0.0), make_estimator("ips_lambda"), batch,
+                 _props(np.ones(K)))
+
+
+def test_unbiased_lambdamart_on_trees_learns_its_bias_model_with_the_rounds():
+    """On trees the loss's state moves on every boosting round (``gbdt.make_objective``): the second round's
+    gradient is the loss's at the t+/t- the first round returned, and t+ falls with the position on PBM clicks."""
+    from ltrjax.offline import gbdt
+
+    batch, _, _ = _setup(n_sessions=3000)
+    est = make_estimator("pair_debias_lambda", ranker="lambdamart", step=0.5)
+    _, state = est.init(jax.random.PRNGKey(0), F, _props(np.ones(K)))
+    mask = np.asarray(batch.mask)
+    lean = batch.replace(features=jnp.zeros(mask.shape + (1,), jnp.float32))
+    objective = gbdt.make_objective(est, lean, state)
+    s = np.random.default_rng(0).normal(size=mask.shape).astype(np.float32)
+    objective(s[mask])
+    after_one = objective.state
+    assert not np.allclose(np.asarray(after_one["t_plus"]), 1.0)
+    g, _ = objective(s[mask])
+    g_want, _, _ = gbdt.score_derivatives(est)(jnp.asarray(s * mask), after_one, lean)
+    np.testing.assert_allclose(g, np.asarray(g_want)[mask] * mask.shape[0], rtol=1e-5, atol=1e-7)
+    for _ in range(20):
+        objective(s[mask])
+    tp = np.asarray(objective.state["t_plus"])
+    assert tp[0] == pytest.approx(1.0) and tp[-1] < tp[0]
+
+
 def test_constant_dla_propensity_equals_naive_listwise():
     batch, _, _ = _setup()
     props = _props(examination("inverse", K, 1.0))

@@ -51,7 +51,9 @@ GBDT_DEFAULTS = {"learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
 # --------------------------------------------------------------------------- derivatives of the estimator's loss
 @functools.lru_cache(maxsize=64)
 def score_derivatives(estimator, by_columns: bool = False):
-    """jitted (scores [B, K], state, batch) -> (g, h) [B, K]: dL/ds and the exact diagonal of d^2L/ds^2.
+    """jitted (scores [B, K], state, batch) -> (g, h, new state): dL/ds and the exact diagonal of d^2L/ds^2 [B, K],
+    and the state the loss returns (an estimator's bias model, e.g. ``pair_debias_lambda``'s t+/t-, is updated once
+    per boosting round from all the lists).
 
     ``estimator`` must score through ``rankers.ScoreInput`` (the loss reads the scores from ``batch.features``).
     A pairwise estimator (``Estimator.pair_weights``) gets h in closed form (``pair_hessian_diagonal``, O(K^2) a
@@ -60,11 +62,13 @@ def score_derivatives(estimator, by_columns: bool = False):
     that they agree.
     """
 
-    def loss(scores, state, batch):
-        return estimator.loss({"ranker": {}}, state, batch.replace(features=scores[..., None]),
-                              jax.random.PRNGKey(0))[0]
+    def loss_and_state(scores, state, batch):
+        return estimator.loss({"ranker": {}}, state, batch.replace(features=scores[..., None]), jax.random.PRNGKey(0))
 
-    grad = jax.grad(loss)
+    grad_and_state = jax.grad(loss_and_state, has_aux=True)
+
+    def grad(scores, state, batch):
+        return grad_and_state(scores, state, batch)[0]
 
     def by_slot_columns(scores, state, batch):
         def column(e):  # H e for the one-hot e at one slot of every list: column k of every list's block
@@ -82,7 +86,8 @@ def score_derivatives(estimator, by_columns: bool = False):
 
     @jax.jit
     def derivatives(scores, state, batch):
-        return grad(scores, state, batch), hessian(scores, state, batch)
+        g, new_state = grad_and_state(scores, state, batch)
+        return g, hessian(scores, state, batch), new_state
 
     return derivatives
 
@@ -150,7 +155,8 @@ def _rows(features, mask):
 
 def make_objective(estimator, data, state):
     """LightGBM's custom objective: preds of the rows ``data.features[data.mask]`` -> (g, h) of those rows,
-    ``score_derivatives`` times the number of lists (module docstring)."""
+    ``score_derivatives`` times the number of lists (module docstring). Each call (one boosting round) moves the
+    estimator's state on to what its loss returns (``objective.state``): a bias model learned with the trees."""
     mask = np.asarray(data.mask)
     lean = data.replace(features=jnp.zeros(mask.shape + (1,), jnp.float32))
     derivatives = score_derivatives(estimator)
@@ -159,9 +165,10 @@ def make_objective(estimator, data, state):
     def objective(preds, _=None):
         s = np.zeros(mask.shape, np.float32)
         s[mask] = preds
-        g, h = derivatives(jnp.asarray(s), state, lean)
+        g, h, objective.state = derivatives(jnp.asarray(s), objective.state, lean)
         return np.asarray(g, np.float64)[mask] * scale, np.asarray(h, np.float64)[mask] * scale
 
+    objective.state = state
     return objective
 
 
@@ -233,4 +240,5 @@ def fit(estimator, data, key, n_features: int, cfg, validate=None, props=None, p
     params = {"trees": tree_arrays(booster, best, max_rounds, int(opts["num_leaves"]))}
     history["epochs"] = info["epochs"]
     history.update(best_vali=info["best_score"], best_epoch=best, seconds=time.perf_counter() - t0)
-    return FitResult(params=params, state=state, history=history)
+    # the estimator's state after the last round (its bias model, e.g. pair_debias_lambda's t+/t-, learned with the trees)
+    return FitResult(params=params, state=objective.state, history=history)

@@ -72,6 +72,7 @@ register_estimator("prs_lambda", prs.make_lambda, tree=True)
 register_estimator("dla", dla.make)
 register_estimator("regression_em", regression_em.make)
 register_estimator("pair_debias", pair_debias.make)
+register_estimator("pair_debias_lambda", pair_debias.make_lambda, tree=True)  # Unbiased LambdaMART
 register_estimator("affine", affine.make)
 register_estimator("affine_oracle", affine.make_oracle, tree=True, oracle=True)
 register_estimator("vectorization", vectorization.make)
@@ -139,8 +140,8 @@ _FLAT_KEYS = {
     "prs_gamma": (("prs", "prs_lambda", "pns"), "gamma"),
     "dla_clip": (("dla",), "clip"),
     "em_step": (("regression_em",), "step"),
-    "pd_step": (("pair_debias",), "step"),
-    "pd_p": (("pair_debias",), "p"),
+    "pd_step": (("pair_debias", "pair_debias_lambda"), "step"),
+    "pd_p": (("pair_debias", "pair_debias_lambda"), "p"),
     "affine_clip_negative": (("affine_oracle",), "clip_negative"),
     "labeled_form": (("labeled",), "form"),
     **{f"vec_{k}": (("vectorization",) + (("affine",) if k in ("freeze", "joint_steps") else ()), k)
