@@ -442,14 +442,10 @@ def test_regression_em_profiled_intercept_solves_the_score_equation():
     assert float(profiled_intercept(s, r, jnp.zeros(50))) == 0.0
 
 
-def test_regression_em_first_steps_invert_the_ranking_until_the_level_is_fitted():
-    """The cause of RegressionEM's collapse on LETOR-3.0-shaped data: from s = 0 against targets near the click rate,
-    a plain sigmoid(s) first lowers every score, fastest on documents with large (non-negative) features, the
-    relevant ones. With the profiled intercept the first steps rank by relevance."""
-    import optax
-
+def _expected_pbm_batch(q: int, k: int, f: int):
+    """(ClickBatch, relevance, theta): 50 sessions per query with the *expected* PBM clicks 50 theta_k rel (theta_k =
+    1/k), binary relevance, non-negative features that are larger on the relevant documents (seed 0)."""
     rng = np.random.default_rng(0)
-    q, k, f = 32, 10, 8
     rel = rng.integers(0, 2, size=(q, k))
     feats = np.clip(0.4 + 0.2 * rel[..., None] * rng.uniform(0.5, 1, f) + 0.1 * rng.normal(size=(q, k, f)), 0, 1)
     theta = examination("inverse", k, 1.0)
@@ -457,6 +453,17 @@ def test_regression_em_first_steps_invert_the_ranking_until_the_level_is_fitted(
     batch = ClickBatch(features=jnp.asarray(feats, jnp.float32), mask=jnp.ones((q, k), bool),
                        n_sessions=jnp.asarray(n, jnp.float32), clicks=jnp.asarray(n[:, None] * theta * rel, jnp.float32),
                        pairs=jnp.zeros((q, k, k)), pairs_lambda=jnp.zeros((q, k, k)))
+    return batch, rel, theta
+
+
+def test_regression_em_first_steps_invert_the_ranking_until_the_level_is_fitted():
+    """The cause of RegressionEM's collapse on LETOR-3.0-shaped data: from s = 0 against targets near the click rate,
+    a plain sigmoid(s) first lowers every score, fastest on documents with large (non-negative) features, the
+    relevant ones. With the profiled intercept the first steps rank by relevance."""
+    import optax
+
+    q, k, f = 32, 10, 8
+    batch, rel, theta = _expected_pbm_batch(q, k, f)
 
     def corr_after(est, steps=5):
         params, state = est.init(jax.random.PRNGKey(0), f, _props(theta))
@@ -482,15 +489,8 @@ def test_regression_em_theta_converges_within_its_minimum_steps():
     .95, .84, .62 at positions 2-4; regression_em.py's docstring)."""
     import optax
 
-    rng = np.random.default_rng(0)
     q, k, f = 64, 10, 8
-    rel = rng.integers(0, 2, size=(q, k))
-    feats = np.clip(0.4 + 0.2 * rel[..., None] * rng.uniform(0.5, 1, f) + 0.1 * rng.normal(size=(q, k, f)), 0, 1)
-    theta = examination("inverse", k, 1.0)
-    n = np.full(q, 50.0)
-    batch = ClickBatch(features=jnp.asarray(feats, jnp.float32), mask=jnp.ones((q, k), bool),
-                       n_sessions=jnp.asarray(n, jnp.float32), clicks=jnp.asarray(n[:, None] * theta * rel, jnp.float32),
-                       pairs=jnp.zeros((q, k, k)), pairs_lambda=jnp.zeros((q, k, k)))
+    batch, rel, theta = _expected_pbm_batch(q, k, f)
     est = make_estimator("regression_em")
     value_and_grad, opt = _value_and_grad(est), optax.adam(0.01)
 

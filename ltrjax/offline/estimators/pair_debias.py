@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from ltrjax.offline.estimators.base import (Estimator, delta_dcg, init_scalar_ranker, n_sessions, pair_logistic,
-                                            pair_mask, pairwise_loss, ranker_scores, scalar_scores)
+                                            pair_mask, ranker_scores, scalar_scores)
 
 
 def update_bias(t, a_sum, step, p):
@@ -26,9 +26,10 @@ def update_bias(t, a_sum, step, p):
     return jnp.where(ok, (1 - step) * t + step * ratio ** (1.0 / (p + 1.0)), t)
 
 
-def make(scorer, *, step: float = 0.05, p: float = 1.0) -> Estimator:
-    """``step``: a of the bias update; ``p``: the exponent p of the bias update."""
-    step_size = step
+def debiased_pairs(name: str, scorer, step: float, p: float, pair_counts, trees: bool) -> Estimator:
+    """sum_ij P_ij l_ij / (t+_{k_i} t-_{k_j}) / N with P = ``pair_counts(batch, scores)`` (constant in the scores) and
+    t+, t- updated from the P-weighted pair losses (module docstring); ``trees``: expose the pair weights, so trees
+    take the hessian in closed form."""
     base_init = init_scalar_ranker(scorer)
 
     def init(key, n_features, props):
@@ -39,16 +40,24 @@ def make(scorer, *, step: float = 0.05, p: float = 1.0) -> Estimator:
     def loss(params, state, batch, key):
         s = ranker_scores(scorer, params, batch.features)
         tp, tm = state["t_plus"], state["t_minus"]
-        pl = jnp.where(pair_mask(batch.mask), batch.pairs * pair_logistic(s), 0.0)
+        pl = jnp.where(pair_mask(batch.mask), pair_counts(batch, s) * pair_logistic(s), 0.0)
         total = jnp.sum(pl / (tp[:, None] * tm[None, :])) / n_sessions(batch)
         pl = jax.lax.stop_gradient(pl)
         a_plus = jnp.sum(pl / tm[None, None, :], axis=(0, 2))
         a_minus = jnp.sum(pl / tp[None, :, None], axis=(0, 1))
-        new_state = {**state, "step": state["step"] + 1, "t_plus": update_bias(tp, a_plus, step_size, p),
-                     "t_minus": update_bias(tm, a_minus, step_size, p)}
+        new_state = {**state, "step": state["step"] + 1, "t_plus": update_bias(tp, a_plus, step, p),
+                     "t_minus": update_bias(tm, a_minus, step, p)}
         return total, new_state
 
-    return Estimator("pair_debias", init, loss, scalar_scores(scorer.apply))
+    def pair_weights(state, batch, s):
+        return pair_counts(batch, s) / (state["t_plus"][:, None] * state["t_minus"][None, :])
+
+    return Estimator(name, init, loss, scalar_scores(scorer.apply), pair_weights=pair_weights if trees else None)
+
+
+def make(scorer, *, step: float = 0.05, p: float = 1.0) -> Estimator:
+    """``step``: a of the bias update; ``p``: the exponent p of the bias update."""
+    return debiased_pairs("pair_debias", scorer, step, p, lambda batch, s: batch.pairs, trees=False)
 
 
 def make_lambda(scorer, *, step: float = 1.0, p: float = 1.0) -> Estimator:
@@ -56,29 +65,5 @@ def make_lambda(scorer, *, step: float = 1.0, p: float = 1.0) -> Estimator:
     as ``make``'s from the |Delta NDCG|-weighted pair losses. ``step`` 1: the whole closed-form update at every
     boosting round, from all the lists (Hu et al.'s LightGBM implementation re-estimates the biases each iteration,
     with exponent 1/(p+1) = .5); on minibatches (a linear or MLP ranker) ULTRA damps it to .05."""
-    step_size = step
-    base_init = init_scalar_ranker(scorer)
-
-    def init(key, n_features, props):
-        k = props.theta.shape[0]
-        params, state = base_init(key, n_features, props)
-        return params, {**state, "t_plus": jnp.ones((k,)), "t_minus": jnp.ones((k,))}
-
-    def lambda_pairs(batch, s):
-        return batch.pairs_lambda * delta_dcg(s, batch.mask)
-
-    def pair_weights(state, batch, s):  # constant in s (delta_dcg stops the gradient): trees take h in closed form
-        return lambda_pairs(batch, s) / (state["t_plus"][:, None] * state["t_minus"][None, :])
-
-    def loss(params, state, batch, key):
-        s = ranker_scores(scorer, params, batch.features)
-        total = pairwise_loss(s, jax.lax.stop_gradient(pair_weights(state, batch, s)), batch.mask) / n_sessions(batch)
-        tp, tm = state["t_plus"], state["t_minus"]
-        pl = jax.lax.stop_gradient(jnp.where(pair_mask(batch.mask), lambda_pairs(batch, s) * pair_logistic(s), 0.0))
-        a_plus = jnp.sum(pl / tm[None, None, :], axis=(0, 2))
-        a_minus = jnp.sum(pl / tp[None, :, None], axis=(0, 1))
-        new_state = {**state, "step": state["step"] + 1, "t_plus": update_bias(tp, a_plus, step_size, p),
-                     "t_minus": update_bias(tm, a_minus, step_size, p)}
-        return total, new_state
-
-    return Estimator("pair_debias_lambda", init, loss, scalar_scores(scorer.apply), pair_weights=pair_weights)
+    return debiased_pairs("pair_debias_lambda", scorer, step, p,
+                          lambda batch, s: batch.pairs_lambda * delta_dcg(s, batch.mask), trees=True)
