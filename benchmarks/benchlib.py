@@ -74,6 +74,13 @@ def online_policy(run, data, algorithm: str):
     return build_simulator(run, data), policy, tune
 
 
+def phase_timings(results, starts) -> dict:
+    """Simulate/train/evaluate seconds summed over the runs that produced ``results`` (``starts``: the first
+    member of each run, or of each chunk of a population; members of one run share its timings)."""
+    keys = ("simulate", "train", "evaluate")
+    return {k: float(sum(results[i].timings.get(k, 0.0) for i in starts)) for k in keys}
+
+
 # --smoke of the online benchmarks (sweep, end_to_end; sessions_per_sec takes its sim.* part): 60 queries, 1,500
 # sessions in 2 segments, so the one retrain between them trains (documents shown > min_impressions times exist);
 # equal shapes in every script, so the later ones find the first's single-member programs in a persistent XLA cache

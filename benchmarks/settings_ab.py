@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine,  # noqa: E402
-                      online_overrides, online_policy, use_compilation_cache)
+                      online_overrides, online_policy, phase_timings, use_compilation_cache)
 
 
 def run_once(sim, policy, keys) -> tuple[float, list]:
@@ -83,6 +83,8 @@ def main(argv=None) -> dict:
     data_seconds = time.perf_counter() - tic
     built = {v: online_policy(cfg, data, args.algorithm)[:2] for v, cfg in configs.items()}
     keys = [trial_key(configs[values[0]], t) for t in range(args.members)]
+    # the first member of each chunk: members of a chunk share its timings
+    starts = {v: range(0, len(keys), sim.chunk_size(len(keys), policy=policy)) for v, (sim, policy) in built.items()}
 
     warmup, timed = {}, {v: [] for v in values}
     prints = []
@@ -95,9 +97,7 @@ def main(argv=None) -> dict:
         for v in (values if r % 2 == 0 else values[::-1]):
             with CompileMeter() as meter:
                 seconds, results = run_once(*built[v], keys)
-            chunk = built[v][0].chunk_size(len(keys), policy=built[v][1])  # members of a chunk share its timings
-            timings = {k: float(sum(results[i].timings.get(k, 0.0) for i in range(0, len(keys), chunk)))
-                       for k in ("simulate", "train", "evaluate")}
+            timings = phase_timings(results, starts[v])
             timed[v].append({"round": r + 1, "seconds": seconds, **timings, "compile_seconds": meter.seconds,
                              "compiles": meter.compiles})
             prints.append(fingerprint(results))

@@ -39,7 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, minus,  # noqa: E402
-                      online_overrides, online_policy, plus, simulator_prepare_sharing, ratio, use_compilation_cache)
+                      online_overrides, online_policy, phase_timings, plus, simulator_prepare_sharing, ratio,
+                      use_compilation_cache)
 
 ALGORITHM = "ebrank"
 
@@ -50,13 +51,6 @@ def build(cfg, data):
 
     sim, policy, tune = online_policy(cfg, data, ALGORITHM)
     return sim, policy, tune_grid(tune)
-
-
-def phase_timings(results, starts) -> dict:
-    """Simulate/train/evaluate seconds summed over the runs that produced ``results`` (``starts``: the first
-    member of each run; members of one run share its timings)."""
-    keys = ("simulate", "train", "evaluate")
-    return {k: float(sum(results[i].timings.get(k, 0.0) for i in starts)) for k in keys}
 
 
 def _round(seconds):

@@ -10,11 +10,11 @@ from tests.tiny_run import TINY, run_ltrjax
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_cli(tmp_path, *overrides, timeout=600):
+def run_cli(tmp_path, *overrides, timeout=600, cpu_only=True):
     """Run the entry point with its outputs and data caches under ``tmp_path``; compiled programs go to the suite's
-    persistent XLA cache (``tests.tiny_run.run_ltrjax``)."""
+    persistent XLA cache (``tests.tiny_run.run_ltrjax``, ``cpu_only`` as there)."""
     return run_ltrjax(*overrides, f"hydra.run.dir={tmp_path / 'out'}", f"data.cache_dir={tmp_path / 'cache'}",
-                      timeout=timeout)
+                      timeout=timeout, cpu_only=cpu_only)
 
 
 # --------------------------------------------------------------------------- a tiny full run
@@ -69,8 +69,7 @@ def test_tiny_run_writes_results(tiny_run):
 def test_missing_dataset_exits_2_with_one_paragraph(tmp_path):
     # as a user runs it: without JAX_PLATFORMS, so JAX probes its backends (the run quiets "Unable to initialize
     # backend 'tpu'" before it resolves the configuration)
-    proc = run_ltrjax("+dataset=mslr30k", "dataset.path=/nonexistent/mslr", f"hydra.run.dir={tmp_path / 'out'}",
-                      f"data.cache_dir={tmp_path / 'cache'}", cpu_only=False, timeout=600)
+    proc = run_cli(tmp_path, "+dataset=mslr30k", "dataset.path=/nonexistent/mslr", cpu_only=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
