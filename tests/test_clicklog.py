@@ -120,9 +120,13 @@ def test_sessions_must_match_the_dataset(tmp_path):
         click_training_data(log_of(int(qs.qids[train_q]), [0, n_docs]), qs, relevance)
     with pytest.raises(ClickLogError, match="split 'train' only for training queries"):
         click_training_data(log_of(int(qs.qids[vali_q]), [0, 1]), qs, relevance)
-    logged, stats, info = click_training_data(log_of(int(qs.qids[train_q]), [1, -1, 0]), qs, relevance)
+    two = log_of(int(qs.qids[train_q]), [1, -1, 0])
+    two = ClickLog(session_id=np.arange(2), time=np.arange(2), query_id=np.repeat(two.query_id, 2),
+                   doc_ids=np.repeat(two.doc_ids, 2, axis=0), clicks=np.array([[True, False, False]] * 2),
+                   split=np.zeros(2, np.int8))
+    logged, stats, info = click_training_data(two, qs, relevance)
     assert np.asarray(logged.mask).tolist() == [[True, False, True]]
-    assert info["sessions_train"] == 1 and float(stats.n_sessions.sum()) == 1.0
+    assert info["sessions_train"] == 2 and float(stats.n_sessions.sum()) == 2.0
 
 
 def test_top_level_click_log_keys_reach_the_offline_experiment():

@@ -41,6 +41,13 @@ def check_queryset(qs: QuerySet) -> None:
             raise DataCheckError(
                 _where(qs, split), f"split {split} has no relevant document (all {docs} labels of its {n} queries "
                 "are 0): its NDCG would be undefined", "check the labels, or use data with relevant documents")
+    if qs.n_features == 0:
+        why = ("are constant within every training query (dataset.drop_constant_features dropped them)"
+               if report and report.features_dropped_constant else "were dropped (dataset.drop_features)")
+        raise DataCheckError(
+            _where(qs), f"no feature is left to rank by: all {report.features_read if report else 0} features read "
+            f"{why}",
+            "check that the file's documents differ in their features, or set dataset.drop_constant_features=false")
     bad = _non_finite(qs.features)
     if bad:
         raise DataCheckError(_where(qs), f"{bad} feature values are not finite after preprocessing "

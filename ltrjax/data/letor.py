@@ -26,15 +26,17 @@ from .cache import cache_key, cache_root, file_digest, load_arrays, save_arrays
 from .errors import DataCheckError, DataFormatError
 from .queryset import offsets_from_counts
 
-PARSER_VERSION = 2  # 2: float32 range checked, merged queries counted
+PARSER_VERSION = 3  # 2: float32 range checked, merged queries counted; 3: docids kept, duplicate lines counted
 CHUNK_BYTES = 64 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_INFERRED_FEATURES = 100_000  # widest dense matrix built without an explicit n_features
 EXPECTED_DATA = "at least one line 'label qid:<id> <index>:<value> ...'"
-_ARRAY_NAMES = ("features", "labels", "qids", "query_offsets", "queries_merged")
+_ARRAY_NAMES = ("features", "labels", "qids", "query_offsets", "queries_merged", "docids", "duplicate_lines")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _CORRUPT_STREAM = (EOFError, gzip.BadGzipFile, zlib.error)  # a truncated or damaged gzip file
 _COMMENT = re.compile(rb"#[^\n]*")
+# the document id of a line's comment (``... #docid = GX008-86-4444840 inc = 1 ...``, MQ2007/MQ2008), on data lines only
+_DOCID = re.compile(rb"^[ \t\r]*[^\s#][^#\n]*#[^\n]*?\bdocid[ \t]*=[ \t]*([^\s]+)", re.M)
 _NUMBER = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _MAX_EXACT_INT = 2.0**53
 _MAX_LABEL = 2**31 - 1  # labels are stored as int32
@@ -52,6 +54,8 @@ class LetorFile:
     query_offsets: np.ndarray  # int64 [Q+1]
     path: str
     queries_merged: int = 0  # queries whose lines were not contiguous in the file (grouped into one query)
+    docids: np.ndarray | None = None  # str [N]: the ``#docid = ...`` comment of each line ("" where absent); None: none
+    duplicate_lines: int = 0  # lines equal to an earlier line (qid, label, features and docid)
 
     @property
     def n_queries(self) -> int:
@@ -65,6 +69,7 @@ class _Rows:
     labels: np.ndarray  # int32 [n]
     qids: np.ndarray  # int64 [n]
     features: np.ndarray  # float32 [n, width]
+    docids: np.ndarray | None = None  # bytes [n] ("" where a line has none); None: no line of the chunk has one
 
 
 def read_letor(
@@ -89,10 +94,15 @@ def read_letor(
     )
     arrays = load_arrays(root, "letor", key, _ARRAY_NAMES)
     if arrays is not None:
-        return LetorFile(**{**arrays, "queries_merged": int(arrays["queries_merged"])}, path=path)
+        docids = arrays.pop("docids")
+        return LetorFile(**{**arrays, "queries_merged": int(arrays["queries_merged"]),
+                            "duplicate_lines": int(arrays["duplicate_lines"])},
+                         docids=docids if docids.size else None, path=path)
     parsed = _parse_file(path, n_features, y_max)
     try:
-        save_arrays(root, "letor", key, {name: getattr(parsed, name) for name in _ARRAY_NAMES})
+        stored = {name: getattr(parsed, name) for name in _ARRAY_NAMES}
+        stored["docids"] = parsed.docids if parsed.docids is not None else np.zeros(0, "U1")
+        save_arrays(root, "letor", key, stored)
     except OSError as e:
         warnings.warn(f"could not write the LETOR cache under {root}: {e}", stacklevel=2)
     return parsed
@@ -169,10 +179,13 @@ def _parse_chunks(
     first_line = 1
     saw_bytes = False
     for chunk in chunks:
+        if not saw_bytes:
+            _refuse_cr_only(chunk, path)
         saw_bytes = True
         rows = _parse_chunk_fast(chunk, n_features, y_max)
         if rows is None:
             rows = _parse_chunk_slow(chunk, path, first_line, n_features, y_max)
+        rows.docids = _chunk_docids(chunk, rows.labels.size)
         if rows.labels.size:
             parts.append(rows)
         first_line += chunk.count(b"\n")
@@ -180,6 +193,30 @@ def _parse_chunks(
         got = "only blank or comment lines" if saw_bytes else ""
         raise DataFormatError(path, 1, EXPECTED_DATA, got)
     return _group_by_query(parts, path, n_features)
+
+
+def _refuse_cr_only(chunk: bytes, path: str) -> None:
+    """A file whose lines end in a bare carriage return (classic Mac OS) would read as one long line: refused."""
+    breaks = chunk.rstrip(b"\r").count(b"\r")
+    if b"\n" not in chunk and breaks:
+        raise DataCheckError(path, f"its lines end in a carriage return only ('\\r', classic Mac OS line endings: "
+                             f"{breaks + 1} lines and no '\\n'), so it would read as one line",
+                             f"convert it with `tr '\\r' '\\n' < {path} > {path}.unix` and read that file")
+
+
+def _chunk_docids(chunk: bytes, n_rows: int) -> np.ndarray | None:
+    """The ``docid`` of each data line of ``chunk`` (b"" where a line has none), or None when no line has one."""
+    if b"docid" not in chunk:
+        return None
+    found = _DOCID.findall(chunk)
+    if len(found) == n_rows:
+        return np.asarray(found, dtype=bytes)
+    out = []  # some lines without one: line by line (rare)
+    for line in chunk.split(b"\n"):
+        if line.split(b"#", 1)[0].split():
+            hit = _DOCID.match(line)
+            out.append(hit.group(1) if hit else b"")
+    return np.asarray(out, dtype=bytes)
 
 
 def _parse_chunk_fast(buf: bytes, n_features: int | None, y_max: int | None) -> _Rows | None:
@@ -417,6 +454,10 @@ def _group_by_query(parts: list[_Rows], path: str, n_features: int | None) -> Le
     n_rows = sum(p.labels.size for p in parts)
     labels = np.concatenate([p.labels for p in parts])
     row_qids = np.concatenate([p.qids for p in parts])
+    docids = None
+    if any(p.docids is not None for p in parts):
+        docids = np.concatenate([p.docids if p.docids is not None else np.full(p.labels.size, b"", "S1")
+                                 for p in parts]).astype(str)
     if len(parts) == 1 and parts[0].features.shape[1] == width:
         features = parts.pop().features
     else:
@@ -432,9 +473,11 @@ def _group_by_query(parts: list[_Rows], path: str, n_features: int | None) -> Le
     rank_of_unique = np.empty_like(appearance)
     rank_of_unique[appearance] = np.arange(appearance.size)
     query_of_row = rank_of_unique[inverse.ravel()]
+    duplicates = duplicate_lines(row_qids, labels, features, docids)
     if (np.diff(query_of_row) < 0).any():  # a query's lines are not contiguous
         order = np.argsort(query_of_row, kind="stable")
         features, labels, query_of_row = features[order], labels[order], query_of_row[order]
+        docids = docids[order] if docids is not None else None
     counts = np.bincount(query_of_row, minlength=appearance.size)
     return LetorFile(
         features=features,
@@ -443,7 +486,34 @@ def _group_by_query(parts: list[_Rows], path: str, n_features: int | None) -> Le
         query_offsets=offsets_from_counts(counts),
         path=path,
         queries_merged=_queries_merged(row_qids),
+        docids=docids,
+        duplicate_lines=duplicates,
     )
+
+
+def duplicate_lines(qids, labels, features, docids=None) -> int:
+    """How many lines repeat an earlier line exactly (same qid, label, features and docid).
+
+    Rows are ordered by two random projections of their features (float64; equal rows project equally) and
+    their other keys, and each row is compared exactly with its predecessor in that order.
+    """
+    n = int(labels.size)
+    if n < 2:
+        return 0
+    rng = np.random.default_rng(0x5EED)
+    proj = np.empty((n, 2))
+    for i in range(0, n, 1 << 16):
+        proj[i:i + (1 << 16)] = features[i:i + (1 << 16)].astype(np.float64) @ rng.random((features.shape[1], 2))
+    names = np.unique(docids, return_inverse=True)[1].reshape(-1) if docids is not None else np.zeros(n, np.int64)
+    order = np.lexsort((proj[:, 1], proj[:, 0], names, labels, qids))
+    same = np.ones(n - 1, bool)
+    for key in (qids, labels, names):
+        same &= key[order[1:]] == key[order[:-1]]
+    cand = np.flatnonzero(same)
+    if cand.size:
+        same_rows = (features[order[cand + 1]] == features[order[cand]]).all(axis=1)
+        return int(np.count_nonzero(same_rows))
+    return 0
 
 
 def _queries_merged(row_qids: np.ndarray) -> int:

@@ -23,6 +23,11 @@ class PreprocessReport:
     queries_dropped_min_docs: dict[str, int]  # per split: queries with <= min_docs documents
     test_queries_purged: int  # test queries without a relevant document
     queries_merged: int = 0  # queries whose lines were not contiguous in their file (grouped into one)
+    duplicate_lines: int = 0  # lines equal to an earlier line of their file (the reader's count; kept)
+    label_ranges: dict | None = None  # per split [lowest, highest] label read, when the splits differ
+    # the qids of the dropped and purged queries (a click log's sessions on them are skipped and counted);
+    # left out of ``as_dict``
+    dropped_qids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     features_read: int = 0
     features_dropped_config: tuple[int, ...] = ()  # original 1-based ids
     features_dropped_constant: tuple[int, ...] = ()  # constant within every kept training query
@@ -32,7 +37,8 @@ class PreprocessReport:
         return sum(self.queries_dropped_min_docs.values()) + self.test_queries_purged
 
     def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "features_dropped_config": list(self.features_dropped_config),
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dropped_qids"}
+        return {**fields, "features_dropped_config": list(self.features_dropped_config),
                 "features_dropped_constant": list(self.features_dropped_constant)}
 
     def summary(self) -> str | None:
@@ -49,6 +55,13 @@ class PreprocessReport:
         if self.queries_merged:
             parts.append(f"merged the lines of {self.queries_merged} queries whose lines were not contiguous "
                          "in their file")
+        if self.duplicate_lines:
+            parts.append(f"kept {self.duplicate_lines} lines that repeat an earlier line of their file exactly "
+                         "(same qid, label, features and docid)")
+        if self.label_ranges:
+            ranges = ", ".join(f"{s} {lo}-{hi}" for s, (lo, hi) in self.label_ranges.items())
+            parts.append(f"the splits' label ranges differ ({ranges}); every split is graded on one scale whose top "
+                         "label is the highest of any split (dataset.y_max sets it)")
         if self.features_dropped_constant:
             parts.append(f"dropped {len(self.features_dropped_constant)} of {self.features_read} features as constant "
                          f"in every training query (ids {_ids(self.features_dropped_constant)}; "
@@ -125,6 +138,7 @@ def preprocess(
         features_read=qs.n_features,
         features_dropped_config=[int(i) for i in qs.feature_ids[drop_config]],
         features_dropped_constant=[int(i) for i in qs.feature_ids[drop_constant]],
+
         features_kept=int(keep_column.sum()),
         bm25_dropped=bool(qs.bm25_column >= 0 and bm25_column < 0),
         min_docs=int(min_docs),
@@ -137,6 +151,9 @@ def preprocess(
         queries_dropped_min_docs=info["queries_dropped_min_docs"],
         test_queries_purged=info["test_queries_purged"],
         queries_merged=int(info.get("queries_merged", 0)),  # the reader's count (``registry``), if any
+        duplicate_lines=int(info.get("duplicate_lines", 0)),
+        label_ranges=info.get("label_ranges"),
+        dropped_qids=np.asarray(qs.qids[~keep_query], np.int64),
         features_read=qs.n_features,
         features_dropped_config=tuple(info["features_dropped_config"]),
         features_dropped_constant=tuple(info["features_dropped_constant"]),
@@ -146,6 +163,7 @@ def preprocess(
         preprocess_report=report,
         features=features,
         labels=qs.labels[keep_doc],
+        docids=qs.docids[keep_doc] if qs.docids is not None else None,
         query_offsets=offsets_from_counts(counts[keep_query]),
         qids=qs.qids[keep_query],
         split=qs.split[keep_query],

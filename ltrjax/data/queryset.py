@@ -31,6 +31,7 @@ class QuerySet:
     info: dict = dataclasses.field(default_factory=dict)
     # what reading and preprocessing dropped or merged (None before ``preprocess``)
     preprocess_report: "PreprocessReport | None" = None
+    docids: np.ndarray | None = None  # str [N_docs]: the files' ``#docid`` comments (TREC ids), None: the data has none
 
     def __post_init__(self) -> None:
         n_docs, n_feat = self.features.shape
@@ -41,6 +42,8 @@ class QuerySet:
             raise ValueError("query_offsets[-1], labels and features disagree on the number of documents")
         if self.split.shape != (n_q,) or self.feature_ids.shape != (n_feat,):
             raise ValueError("split must have Q entries and feature_ids F entries")
+        if self.docids is not None and self.docids.shape != (n_docs,):
+            raise ValueError("docids must have one entry per document")
         if not -1 <= self.bm25_column < n_feat:
             raise ValueError(f"bm25_column {self.bm25_column} out of range for {n_feat} features")
 

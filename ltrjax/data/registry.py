@@ -325,6 +325,8 @@ def _read_letor_dataset(c: dict, seed: int, cache_dir: str | None) -> QuerySet:
         raise ConfigError("dataset.bm25_feature", bm25, f"expected a feature id in 1..{n_features} (the files of "
                           f"dataset {c['name']} have {n_features} features)")
     y_max = int(c["y_max"]) if c["y_max"] is not None else int(whole.labels.max(initial=0))
+    ranges = {s: [int(p.labels.min(initial=0)), int(p.labels.max(initial=0))] for s, p in parsed.items()}
+    docids = whole.docids if all(p.docids is not None for p in parsed.values()) else None
     return QuerySet(
         name=c["name"],
         features=whole.features,
@@ -340,7 +342,10 @@ def _read_letor_dataset(c: dict, seed: int, cache_dir: str | None) -> QuerySet:
             "files": {s: str(f) for s, f in files.items()},
             "split_by": split_by,
             "queries_merged": sum(p.queries_merged for p in parsed.values()),
+            "duplicate_lines": sum(p.duplicate_lines for p in parsed.values()),
+            "label_ranges": ranges if len({tuple(r) for r in ranges.values()}) > 1 else None,
         },
+        docids=docids,
     )
 
 
@@ -359,4 +364,5 @@ def _concatenate(parts: list[LetorFile]) -> LetorFile:
         qids=np.concatenate([p.qids for p in parts]),
         query_offsets=offsets_from_counts(counts),
         path="+".join(p.path for p in parts),
+        docids=np.concatenate([p.docids for p in parts]) if all(p.docids is not None for p in parts) else None,
     )

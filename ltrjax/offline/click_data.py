@@ -11,6 +11,7 @@ sessions train; the others are counted in the returned info.
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,8 @@ import numpy as np
 from ltrjax.clicklog import ClickLog, ClickLogError
 from ltrjax.data.queryset import SPLIT_NAMES, TRAIN
 from ltrjax.offline.logging import ClickStats, LoggedLists, _add, empty_stats, reduce_sessions
+
+_logger = logging.getLogger("ltrjax")
 
 
 def logged_sessions(logged: LoggedLists, queryset, first_session: int, query, clicks) -> ClickLog:
@@ -40,36 +43,62 @@ def _reduce_chunk(stats: ClickStats, clicks, rows, weight, n_lists: int) -> Clic
 
 
 def query_rows(log: ClickLog, queryset, path: str = "<click log>") -> np.ndarray:
-    """The queryset row of every session's ``query_id``; unknown ids are an error naming the row."""
+    """The queryset row of every session's ``query_id``, -1 for a query preprocessing dropped (its qid is in
+    ``preprocess_report.dropped_qids``); any other unknown id is an error naming the row."""
     qids = np.asarray(queryset.qids, np.int64)
     order = np.argsort(qids, kind="stable")
     pos = np.clip(np.searchsorted(qids[order], log.query_id), 0, max(len(qids) - 1, 0))
     found = qids[order][pos] == log.query_id if len(qids) else np.zeros(log.n_sessions, bool)
-    bad = np.flatnonzero(~found)
+    report = getattr(queryset, "preprocess_report", None)
+    dropped = np.isin(log.query_id, report.dropped_qids) if report is not None else np.zeros_like(found)
+    bad = np.flatnonzero(~found & ~dropped)
     if bad.size:
         raise ClickLogError(path, int(bad[0]), f"a query_id of dataset {queryset.name!r} "
                             f"({len(qids)} queries)", f"query_id {log.query_id[bad[0]]}")
-    return order[pos]
+    return np.where(found, order[pos], -1)
 
 
-def click_training_data(log: ClickLog, queryset, labels_to_relevance, chunk: int = 1 << 17,
-                        path: str = "<click log>") -> tuple[LoggedLists, ClickStats, dict]:
-    """(displayed lists, their click statistics, counts) of the training-split sessions of ``log``.
+def repeated_documents(doc_ids: np.ndarray) -> np.ndarray:
+    """bool [S]: sessions that show one document at two positions."""
+    d = np.sort(np.where(doc_ids >= 0, doc_ids, -1 - np.arange(doc_ids.shape[1])), axis=1)
+    return (d[:, 1:] == d[:, :-1]).any(axis=1)
 
-    ``labels_to_relevance(labels)`` fills ``LoggedLists.relevance`` (what a simulated click model would
-    use; estimators never read it). Sessions must name queries and documents of ``queryset``, and a
-    ``train`` session must be of a training query of the dataset (no leakage into vali/test).
-    """
+
+MIN_TRAIN_SESSIONS = 2
+
+
+def refuse_untrainable(clicks: np.ndarray, shown: np.ndarray, path: str, info: dict) -> None:
+    """A log no estimator can learn from is refused, naming the file and the counts: fewer than
+    ``MIN_TRAIN_SESSIONS`` training sessions, no click at all, or every shown document clicked."""
+    n, n_clicks, n_shown = int(clicks.shape[0]), int(clicks.sum()), int(shown.sum())
+    counts = f"{n} training sessions, {n_shown} shown documents, {n_clicks} clicks"
+    if n < MIN_TRAIN_SESSIONS:
+        raise ClickLogError(path, None, f"at least {MIN_TRAIN_SESSIONS} usable training sessions to learn from",
+                            f"{counts} (sessions read: {info})")
+    if n_clicks == 0:
+        raise ClickLogError(path, None, "at least one click among the training sessions (a log without clicks "
+                            "teaches every estimator nothing: its ranking would be the initial one)", counts)
+    if n_clicks == n_shown:
+        raise ClickLogError(path, None, "at least one shown document without a click (a log where every shown "
+                            "document is clicked carries no preference to learn)", counts)
+
+
+def training_sessions(log: ClickLog, queryset, path: str = "<click log>", warn: bool = True):
+    """(queryset row of every session, the rows of the training sessions that train, counts): every check of
+    ``click_training_data``, run before any work. Sessions must name queries and documents of ``queryset``
+    and a ``train`` session a training query (no leakage into vali/test); sessions on queries preprocessing
+    dropped and sessions showing a document twice are skipped and counted (a WARNING when ``warn``); a log
+    no estimator can learn from is refused (``refuse_untrainable``)."""
     q = query_rows(log, queryset, path)
-    split = np.asarray(queryset.split)[q]
+    split = np.where(q >= 0, np.asarray(queryset.split)[q], -1)
     train = log.split == TRAIN
-    leak = np.flatnonzero(train & (split != TRAIN))
+    leak = np.flatnonzero(train & (split != TRAIN) & (q >= 0))
     if leak.size:
         r = int(leak[0])
         raise ClickLogError(path, r, "split 'train' only for training queries of the dataset",
                             f"query_id {log.query_id[r]}, a {SPLIT_NAMES[split[r]]} query of {queryset.name!r}")
     offsets = np.asarray(queryset.query_offsets, np.int64)
-    sizes = np.diff(offsets)[q]
+    sizes = np.where(q >= 0, np.diff(offsets)[np.maximum(q, 0)], np.iinfo(np.int32).max)
     too_far = np.flatnonzero((log.doc_ids >= sizes[:, None]).any(axis=1))
     if too_far.size:
         r = int(too_far[0])
@@ -77,9 +106,28 @@ def click_training_data(log: ClickLog, queryset, labels_to_relevance, chunk: int
                             str([int(d) for d in log.doc_ids[r] if d >= 0]))
     info = {"sessions": log.n_sessions, **{f"sessions_{name}": int(np.sum(log.split == s))
                                            for s, name in enumerate(SPLIT_NAMES)}}
-    rows_train = np.flatnonzero(train)
-    if not rows_train.size:
+    if not train.any():
         raise ClickLogError(path, None, "at least one session of split 'train'", f"splits {info}")
+    on_dropped, repeated = train & (q < 0), train & repeated_documents(log.doc_ids)
+    info.update(skipped_dropped_query=int(on_dropped.sum()),
+                skipped_repeated_document=int((repeated & ~on_dropped).sum()))
+    if warn:
+        _warn_skipped(path, info, queryset)
+    rows_train = np.flatnonzero(train & ~on_dropped & ~repeated)
+    refuse_untrainable(log.clicks[rows_train], log.doc_ids[rows_train] >= 0, path, info)
+    return q, rows_train, info
+
+
+def click_training_data(log: ClickLog, queryset, labels_to_relevance, chunk: int = 1 << 17,
+                        path: str = "<click log>", warn: bool = True) -> tuple[LoggedLists, ClickStats, dict]:
+    """(displayed lists, their click statistics, counts) of the training-split sessions of ``log``
+    (``training_sessions``: which sessions train, and the refusals).
+
+    ``labels_to_relevance(labels)`` fills ``LoggedLists.relevance`` (what a simulated click model would
+    use; estimators never read it).
+    """
+    q, rows_train, info = training_sessions(log, queryset, path, warn)
+    offsets = np.asarray(queryset.query_offsets, np.int64)
     keys = np.concatenate([q[rows_train, None], log.doc_ids[rows_train]], axis=1)
     lists, list_of = np.unique(keys, axis=0, return_inverse=True)
     list_of = list_of.reshape(-1)
@@ -104,3 +152,13 @@ def click_training_data(log: ClickLog, queryset, labels_to_relevance, chunk: int
                               jnp.arange(chunk) < n, n_lists)
     info.update(lists=int(n_lists), clicks=int(clicks.sum()), queries=int(len(np.unique(list_query))))
     return logged, jax.block_until_ready(stats), info
+
+
+def _warn_skipped(path: str, info: dict, queryset) -> None:
+    if info["skipped_dropped_query"]:
+        _logger.warning("%s: skipped %d training sessions on queries that preprocessing of dataset %s dropped (too few "
+                    "documents, or test queries without a relevant document); counted in results.json "
+                    "(click_log.skipped_dropped_query)", path, info["skipped_dropped_query"], queryset.name)
+    if info["skipped_repeated_document"]:
+        _logger.warning("%s: skipped %d training sessions that show one document at two positions; counted in "
+                    "results.json (click_log.skipped_repeated_document)", path, info["skipped_repeated_document"])
