@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ltrjax.clicklog import SCHEMA, ClickLog, ClickLogError, read_click_log, write_click_log
+from ltrjax.clicklog import SCHEMA, ClickLog, ClickLogError, iter_click_log, read_click_log, write_click_log
 from ltrjax.offline.click_data import click_training_data
 from ltrjax.offline_runner import run_offline
 from ltrjax.data.toy import toy_queryset
@@ -87,7 +87,8 @@ def test_bad_rows_name_file_row_and_expectation(tmp_path, overrides, message):
 def test_bad_files_and_columns(tmp_path):
     missing = tmp_path / "missing.parquet"
     pq.write_table(pa.table({"session_id": [0]}), missing)
-    with pytest.raises(ClickLogError, match=r"missing.parquet: expected columns .* \(missing \['time'"):
+    with pytest.raises(ClickLogError, match=r"missing.parquet: expected columns .* \(missing \['query_id', 'clicks', "
+                                            r"'doc_ids \(or query_doc_ids\)'\]\)"):
         read_click_log(missing)
     wrong = _write_rows(tmp_path / "wrong.parquet")
     table = pq.read_table(wrong).set_column(2, "query_id", pa.array(["a", "b"]))
@@ -137,3 +138,68 @@ def test_top_level_click_log_keys_reach_the_offline_experiment():
                              "experiment": {"trials": None, "seed": None, "progress": None}})
     assert exp.click_log == "log.parquet" and exp.save_click_logs is True
     assert not experiment_config({"experiment": {}}).save_click_logs
+
+
+# --------------------------------------------------------------------------- the shared session shape (issue 42)
+def test_a_log_read_in_batches_equals_one_read_whole(tmp_path):
+    rng = np.random.default_rng(5)
+    n, k = 4_500, 6
+    docs = np.tile(np.arange(k, dtype=np.int32), (n, 1))
+    docs[rng.random((n, k)) < 0.2] = -1  # empty positions, some rows narrower than others
+    log = ClickLog(session_id=rng.permutation(n), time=np.arange(n) * 3, query_id=rng.integers(0, 50, n),
+                   doc_ids=docs, clicks=(rng.random((n, k)) < 0.3) & (docs >= 0),
+                   split=rng.integers(0, 3, n).astype(np.int8))
+    path = tmp_path / "log.parquet"
+    write_click_log(path, log, {"dataset": "x"})
+    whole = read_click_log(path, batch_sessions=10**6)
+    chunks = list(iter_click_log(path, batch_sessions=1_000))
+    assert [c.n_sessions for c in chunks] == [1_000] * 4 + [500]
+    batched = read_click_log(path, batch_sessions=1_000)
+    for field in ("session_id", "time", "query_id", "doc_ids", "clicks", "split"):
+        np.testing.assert_array_equal(getattr(batched, field), getattr(whole, field), err_msg=field)
+        np.testing.assert_array_equal(getattr(whole, field), getattr(log, field), err_msg=field)
+    assert batched.metadata == whole.metadata == {"schema_version": "1", "dataset": "x"}
+    # an error in the fourth batch names its row in the whole file
+    table = pq.read_table(path)
+    bad = table.column("positions").to_pylist()
+    bad[3_210] = [1] * len(bad[3_210])
+    pq.write_table(table.set_column(4, "positions", pa.array(bad, pa.list_(pa.int16()))), tmp_path / "bad.parquet")
+    with pytest.raises(ClickLogError, match="row 3210: expected each position at most once"):
+        read_click_log(tmp_path / "bad.parquet", batch_sessions=1_000)
+
+
+def clax_log(path, qs, n=2_000, seed=0):
+    """A log in CLAX's / the Yandex log's shape: query_id, query_doc_ids, clicks (int), no session_id/time/
+    positions/split (positions: list order; every session trains)."""
+    rng = np.random.default_rng(seed)
+    train = np.flatnonzero(qs.split == 0)
+    q = rng.choice(train, n)
+    sizes = np.diff(np.asarray(qs.query_offsets))[q]
+    docs = [rng.permutation(int(s))[:5].tolist() for s in sizes]
+    labels = [np.asarray(qs.labels)[qs.query_offsets[qq] + np.asarray(d)] for qq, d in zip(q, docs)]
+    clicks = [((rng.random(len(d)) < 0.1 + 0.5 * (y > 0)) & (rng.random(len(d)) < 1 / (1 + np.arange(len(d)))))
+              .astype(np.int8).tolist() for d, y in zip(docs, labels)]
+    pq.write_table(pa.table({"query_id": pa.array(np.asarray(qs.qids)[q], pa.int64()),
+                             "query_doc_ids": pa.array(docs, pa.list_(pa.int64())),
+                             "clicks": pa.array(clicks, pa.list_(pa.int8()))}), path)
+    return docs, clicks
+
+
+def test_a_log_in_clax_shape_reads_and_trains(tmp_path):
+    qs = toy_queryset(n_queries=60, seed=3)
+    docs, clicks = clax_log(tmp_path / "clax.parquet", qs)
+    log = read_click_log(tmp_path / "clax.parquet", batch_sessions=700)
+    assert log.n_sessions == 2_000 and (log.split == 0).all()
+    np.testing.assert_array_equal(log.session_id, np.arange(2_000))
+    np.testing.assert_array_equal(log.time, np.arange(2_000))
+    assert log.doc_ids[7, :len(docs[7])].tolist() == docs[7] and log.clicks[7, :len(docs[7])].tolist() == \
+        [bool(c) for c in clicks[7]]
+    res = run_offline(_offline_cfg(click_log=str(tmp_path / "clax.parquet"), estimators=["naive", "ips"]),
+                      tmp_path / "run", queryset=qs)
+    info = res["trials_info"][0]["click_log"]
+    assert info["sessions_train"] == 2_000 and info["clicks"] == int(log.clicks.sum())
+    assert 0.0 < res["algorithms"]["naive"]["trials"][0]["ndcg@10"] <= 1.0
+    both = pq.read_table(tmp_path / "clax.parquet")
+    pq.write_table(both.append_column("doc_ids", both.column("query_doc_ids")), tmp_path / "both.parquet")
+    with pytest.raises(ClickLogError, match="expected one of doc_ids and query_doc_ids"):
+        read_click_log(tmp_path / "both.parquet")
