@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOKE = {"trials": 2, "eval_buckets": 1, "train": {"max_steps": 20, "eval_every_steps": 10},
          "estimator_options": {"vectorization": {"freeze": 4, "joint_steps": 4, "base_hidden": [8]}},
-         "vectorization": {"dims": [1, 2], "estimators": ["naive", "dla", "affine", "affine_oracle", "production"],
+         "vectorization": {"dims": [1, 2], "estimators": ["naive", "dla", "affine", "affine_oracle", "production",
+                                                                 "labeled"],
                            "settings": ["trust_bias", "pbm"], "n_sessions": 3000},
          "prs": {"estimators": ["naive", "ips", "pns", "prs", "ips_oracle"], "clicks_per_query": 20, "max_steps": 20,
                  "click_sweep": [5, 20], "table1": False},

@@ -24,7 +24,7 @@ from ltrjax.offline.config import TOP_LEVEL, FidelityConfig, OfflineConfig, as_m
 from ltrjax.offline.estimators import ORACLE_ESTIMATORS
 from ltrjax.offline.experiment import METRICS, TrialData, click_relevance, prepare_trial, run_setting
 from ltrjax.offline.logging import chunk_size
-from ltrjax.record import check_experiment, experiment_record, git_commit, jsonable, write_results
+from ltrjax.record import check_experiment, experiment_record, git_commit, jsonable, read_results, write_results
 from ltrjax.report import fidelity_report
 from ltrjax.report.offline_tables import markdown_header, markdown_table, protocol_line, summarize
 from ltrjax.saved import feature_spec, model_path, save_model
@@ -123,7 +123,7 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
 
         click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
                                          chunk=chunk_size(int(click_log.doc_ids.shape[1]), exp.logging_chunk),
-                                         path=str(exp.click_log))
+                                         path=str(exp.click_log), warn=False)  # run_offline warned once
     elif exp.save_click_logs:
         from ltrjax.clicklog import ClickLogWriter
         from ltrjax.offline.click_data import logged_sessions
@@ -151,6 +151,7 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
 def _results(trials, infos, exp: OfflineConfig, qs, cfg=None) -> dict:
     return {"algorithms": summarize(trials, exp.estimators, METRICS), "dataset": getattr(qs, "name", "?"),
             "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
+            "data": qs.preprocess_report.as_dict() if getattr(qs, "preprocess_report", None) else None,
             "record": experiment_record(exp.kind, cfg),
             "training": {name: trials[-1][name].get("schedule") for name in exp.estimators
                          if trials and name in trials[-1]}}
@@ -179,7 +180,10 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
     if exp.click_log:
         from ltrjax.clicklog import read_click_log
 
+        from ltrjax.offline.click_data import training_sessions
+
         click_log = read_click_log(exp.click_log)
+        training_sessions(click_log, qs, str(exp.click_log))  # refused or warned before any work
     from tqdm import tqdm
 
     # disable=None: the bar is off when stderr is not a terminal
@@ -286,4 +290,35 @@ def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
     results = jsonable(results)
     fidelity_report.plot(results, out_dir)
     print(fidelity_markdown(results))
+    return results
+
+
+def _float_keys(sweeps: dict) -> dict:
+    """A results.json sweep ({"1.0": row}: JSON writes keys as text) with its keys back as numbers."""
+    return {k: {float(x): row for x, row in sw.items()} for k, sw in sweeps.items()}
+
+
+def recompute_claims(out_dir, config: Mapping | None = None) -> dict:
+    """Recompute a finished fidelity run's claims from the per-trial values its results.json holds (today's
+    verdict rules, ``config``'s overrides of its experiment settings, e.g. ``{"margin_fraction": 0.5}``), and
+    rewrite its results.json and results.md. A claim whose part the run lacks keeps its old row."""
+    out_dir = pathlib.Path(out_dir)
+    results = read_results(out_dir)
+    if results is None:
+        raise FileNotFoundError(f"{out_dir}: no results.json to recompute claims from")
+    fx = from_mapping(FidelityConfig, {**results["config"], **dict(config or {})})
+    qs = type("Named", (), {"name": results["dataset"]})()
+    old = {c["id"]: c for c in results["claims"]}
+    new = []
+    if "prs" in results:
+        new += FE.prs_claims({**results["prs"], "sweeps": _float_keys(results["prs"]["sweeps"])}, fx, qs)
+    if "vectorization" in results:
+        new += FE.vectorization_claims(results["vectorization"], fx, qs, None)
+    if "vector_eh" in results:
+        new.append(FE.vector_eh_claim(results["vector_eh"], fx))
+    fresh = {c["id"]: c for c in new}
+    results["claims"] = [fresh.get(cid, old[cid]) for cid in old]
+    results["config"] = as_mapping(fx)
+    write_results(out_dir, results)
+    (out_dir / "results.md").write_text(fidelity_markdown(jsonable(results)))
     return results

@@ -174,18 +174,24 @@ def test_offline_fidelity_smoke(tmp_path):
     by_id = {c["id"]: c for c in res["claims"]}
     for c in res["claims"]:
         assert {"id", "paper", "paper_cell", "ours", "n", "verdict", "p_value"} <= set(c)
-        assert c["verdict"] in ("holds", "holds weakly", "does not hold", "untestable")
+        assert c["verdict"] in ("holds", "does not hold", "untestable", "refused", "uninformative in this regime",
+                                f"undecided at {c['n']} trials")
         assert c["p_value"] is None or 0.0 <= c["p_value"] <= 1.0
-        if c["verdict"] == "untestable":
-            assert c["reason"] and c["p_value"] is None
+        assert c["unit"] == "trial"
+        if c["verdict"] in ("untestable", "refused"):
+            assert c["reason"] and (c["p_value"] is None) == (c["verdict"] == "untestable")
         elif c["verdict"] != "holds":
-            assert c["cause"]  # a tested cause, or "none established"
+            assert c["cause"]  # a tested cause, a passing control, the trials needed, or "none established"
     for cid in ("prs_gt_ips", "prs_gt_pns", "prs_ips_gap_vs_clicks", "prs_ips_gap_vs_noise", "prs_ips_gap_vs_eta",
                 "vec_ge_affine_trust_bias", "vec_d1_eq_dla_pbm"):
         assert by_id[cid]["verdict"] != "untestable" and by_id[cid]["n"] == 2 and by_id[cid]["p_value"] is not None
     assert by_id["vec_gt_scalar_tiangong"]["verdict"] == "untestable"  # the smoke run has no tiangong setting
     assert by_id["vec_eh_beats_scalar"]["verdict"] == "untestable"
     assert "oracle" not in json.dumps(by_id["vec_ge_affine_trust_bias"]["setting"])  # learned Affine is the comparator
+    for cid in ("vec_ge_affine_trust_bias", "vec_d1_eq_dla_pbm"):  # margins scale with the run's headroom
+        c = by_id[cid]
+        assert c["margin"] == pytest.approx(0.25 * max(c["headroom"], 0.0)) and set(c["controls"]) == {"production",
+                                                                                                      "naive"}
     assert len(res["vectorization"]["tables"]["trust_bias"]["affine"]) == 2  # one NDCG per trial
     # the PRS part logged whole lists at the configured clicks per logged query
     for info in res["prs"]["logging"]:

@@ -317,7 +317,11 @@ class FidelityConfig:
     hidden: Annotated[List[int], Each(Range(1))] = dataclasses.field(default_factory=lambda: [64, 32])
     max_docs: PositiveInt = 256
     eval_buckets: PositiveInt = 4
-    margin: NonNegative = 0.01  # "within noise": equivalence / non-inferiority margin on NDCG@10
+    margin: NonNegative = 0.01  # the vector-EH bed's equivalence margin on NDCG@10 (absolute)
+    # the tables' equivalence / non-inferiority claims: margin = margin_fraction x the run's headroom (labelled
+    # skyline minus production ranker, NDCG@10; the papers' .01 of Yahoo!'s .04), refused below headroom_floor
+    margin_fraction: Annotated[float, Range(0, 1, lo_open=True)] = 0.25
+    headroom_floor: NonNegative = 0.02
     randomization_sessions: PositiveInt = 20_000
     estimator_options: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     vectorization: VectorizationPart = dataclasses.field(default_factory=VectorizationPart)

@@ -29,6 +29,40 @@ def _label(name: str, oracles) -> str:
     return f"{name} (oracle: told the true click model; upper reference)" if name in oracles else name
 
 
+CLAIMS_LEGEND = (
+    "Every test is paired over trials (unit: trial; one-sided paired t, intersection-union where a claim has several "
+    "comparators). An equivalence or non-inferiority margin is a fraction of the run's headroom (labelled skyline "
+    "minus production ranker, NDCG@10), refused below a floor. Beside each verdict, the same test with the subject "
+    "replaced by the production ranker and by naive: a claim whose test such a control passes is \"uninformative in "
+    "this regime\". \"holds\": p < .05 (the papers' level) and no control passes; \"undecided at n trials\": on the "
+    "claim's side but not significant (the cause gives the trials a power estimate from the observed spread asks for)."
+)
+
+
+def _control(c: dict, name: str) -> str:
+    t = (c.get("controls") or {}).get(name)
+    if not t or t.get("p_value") is None:
+        return ""
+    return f"{t['mean_diff']:+.4f}, p = {t['p_value']:.3g}" + (" (passes)" if t.get("passes") else "")
+
+
+def claim_row(c: dict) -> str:
+    """One row of the claims table."""
+    ours = c.get("ours")
+    if isinstance(ours, dict):
+        ours = "; ".join(f"{k} {_number(v)}" if v is None or isinstance(v, float) else f"{k}: " + ", ".join(
+            f"{kk} {_number(vv)}" for kk, vv in v.items()) for k, v in ours.items())
+    p, diff = c.get("p_value"), c.get("mean_diff")
+    diff = "" if diff is None else f" (paired diff {diff:+.4f})"
+    room = c.get("headroom")
+    margin = (f"{c['margin']:.4f} ({room:.4f})" if c.get("margin_fraction") is not None
+              else "" if room is None else f"— ({room:.4f})")
+    n = f"{c['n']} ({c.get('unit', 'trial')})" if c.get("n") else ""
+    return (f"| `{c['id']}` | {c['paper_cell']} | {ours or ''}{diff} | {n} | {margin} | {c['verdict']} | "
+            f"{'' if p is None else f'{p:.3g}'} | {_control(c, 'production')} | {_control(c, 'naive')} | "
+            f"{c.get('cause') or c.get('reason') or ''} |")
+
+
 def markdown(results: dict, settings: dict, paper: dict, oracles=()) -> str:
     """results.md of a fidelity run: the header, the claims, every table and sweep with the papers' cells, and each
     fit's schedule. ``settings``: the Vectorization settings (``fidelity_experiment.VEC_SETTINGS``: title, d and
@@ -38,16 +72,11 @@ def markdown(results: dict, settings: dict, paper: dict, oracles=()) -> str:
     out = [f"# Offline fidelity: {results['dataset']}", "",
            f"- dataset: {h['dataset']}", f"- click models: {h['click_models']}", f"- protocol: {h['protocol']}",
            f"- seed: {h['seed']}, trials: {h['trials']}", f"- commit: {h['commit']}", "",
-           "## Claims", "", "| id | paper's cell | ours | n | verdict | p | cause / reason |", "|---|---|---|---|---|---|---|"]
+           "## Claims", "", CLAIMS_LEGEND, "",
+           "| id | paper's cell | ours | n (unit) | margin (headroom) | verdict | p | production, same test | "
+           "naive, same test | cause / reason |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in results["claims"]:
-        ours = c.get("ours")
-        if isinstance(ours, dict):
-            ours = "; ".join(f"{k} {_number(v)}" if v is None or isinstance(v, float) else f"{k}: " + ", ".join(
-                f"{kk} {_number(vv)}" for kk, vv in v.items()) for k, v in ours.items())
-        p, diff = c.get("p_value"), c.get("mean_diff")
-        diff = "" if diff is None else f" (paired diff {diff:+.4f})"
-        out.append(f"| `{c['id']}` | {c['paper_cell']} | {ours or ''}{diff} | {c.get('n') or ''} | {c['verdict']} | "
-                   f"{'' if p is None else f'{p:.3g}'} | {c.get('cause') or c.get('reason') or ''} |")
+        out.append(claim_row(c))
     out.append("")
     for name, tab in (results.get("vectorization") or {}).get("tables", {}).items():
         s = settings[name]
