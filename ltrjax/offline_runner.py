@@ -23,10 +23,11 @@ from ltrjax.offline import fidelity_experiment as FE
 from ltrjax.offline.config import TOP_LEVEL, FidelityConfig, OfflineConfig, as_mapping, from_mapping
 from ltrjax.offline.estimators import ORACLE_ESTIMATORS
 from ltrjax.offline.experiment import METRICS, TrialData, click_relevance, prepare_trial, run_setting
+from ltrjax.offline import per_query
 from ltrjax.offline.logging import chunk_size
 from ltrjax.record import check_experiment, experiment_record, git_commit, jsonable, read_results, write_results
 from ltrjax.report import fidelity_report
-from ltrjax.report.offline_tables import markdown_header, markdown_table, protocol_line, summarize
+from ltrjax.report.offline_tables import markdown_header, markdown_table, protocol_line, significance, summarize
 from ltrjax.saved import feature_spec, model_path, save_model
 
 
@@ -96,6 +97,7 @@ def load_queryset(dataset, cache_dir: str | None = None, *, seed: int):
 
 
 # --------------------------------------------------------------------------- experiment=offline
+GROUP_METRICS = ("dcg@1", "dcg@3", "dcg@5", "dcg@10", "mrr@10", "ndcg@10")  # per frequency bucket (Hager et al.)
 RESUME_IGNORES = ("trials", "progress", "resume", "save_click_logs", "save_models")
 
 
@@ -142,16 +144,18 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
                     "trial": t, "seed": trial.seed, "n_features": trial.n_features, "features": spec}
             save_model(model_path(out_dir, name, t), meta, fr.params, fr.state)
     try:
-        return run_setting(trial, exp, click_data=click_data, on_chunk=on_chunk, on_fit=on_fit)
+        return run_setting(trial, exp, click_data=click_data, on_chunk=on_chunk, on_fit=on_fit, per_query=True)
     finally:
         if writer is not None:
             writer.close()
 
 
 def _results(trials, infos, exp: OfflineConfig, qs, cfg=None) -> dict:
-    return {"algorithms": summarize(trials, exp.estimators, METRICS), "dataset": getattr(qs, "name", "?"),
+    return {"algorithms": summarize(trials, exp.estimators, METRICS), "significance": significance(
+                trials, exp.estimators, METRICS), "dataset": getattr(qs, "name", "?"),
             "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
             "data": qs.preprocess_report.as_dict() if getattr(qs, "preprocess_report", None) else None,
+            "measures": per_query.measures(METRICS, exp.eval.map_threshold), "per_query": per_query.FILE,
             "record": experiment_record(exp.kind, cfg),
             "training": {name: trials[-1][name].get("schedule") for name in exp.estimators
                          if trials and name in trials[-1]}}
@@ -165,7 +169,9 @@ def offline_markdown(results: dict, exp: OfflineConfig) -> str:
               else protocol_line(exp.budget, exp.list_size, exp.list_cap, infos))
     header = markdown_header(results["dataset"], exp.click_model.mapping(), exp.ranker, exp.seed, source, len(infos),
                              results["record"]["commit"])
-    return header + markdown_table(results["algorithms"], METRICS)
+    return (header + markdown_table(results["algorithms"], METRICS, sig=results.get("significance"))
+            + per_query.markdown_measures(results["measures"])
+            + per_query.markdown_groups(results.get("by_frequency_bucket"), GROUP_METRICS))
 
 
 def run_offline(cfg, out_dir, queryset=None) -> dict:
@@ -195,10 +201,15 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         print(f"trial {t} (seed {seed})", flush=True)
         trial = prepare_trial(qs, exp, seed)
         res = _run_trial(trial, exp, qs, out_dir, t, click_log)
+        per_query.write(out_dir, per_query.table(per_query.take(res), qs.qids, t), t)
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
         write_results(out_dir, _results(trials, infos, exp, qs, cfg))  # write_results makes it JSON
     results = jsonable(_results(trials, infos, exp, qs, cfg))
+    groups = qs.info.get("frequency_bucket")  # {query_id: bucket} (Baidu-ULTR's annotated queries)
+    if groups:
+        results["by_frequency_bucket"] = per_query.group_means(out_dir, groups, GROUP_METRICS)
+        write_results(out_dir, results)
     md = offline_markdown(results, exp)
     (out_dir / "results.md").write_text(md)
     print(md)

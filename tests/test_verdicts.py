@@ -132,3 +132,31 @@ def test_an_undecided_claim_says_how_many_trials_it_needs():
     assert c["verdict"] == "undecided at 10 trials"
     assert c["trials_needed"] == TS.trials_needed(0.0165, 0.03) and c["trials_needed"] > 10
     assert f"{c['trials_needed']} trials" in c["cause"]
+
+
+def test_tables_test_at_the_trial_level_as_computed_by_hand():
+    """The online and offline tables' test: each row against the column's best, a two-sided paired t over the trials
+    (paired by trial id; a trial one row lacks is left out of its pair), the unit named in the table."""
+    from ltrjax.report import offline_tables, stats as S
+    from ltrjax.report.tables import online_table_markdown
+
+    best = {0: 0.80, 1: 0.82, 2: 0.79, 3: 0.85, 4: 0.81}
+    worse = {0: 0.79, 1: 0.80, 2: 0.79, 3: 0.82, 4: 0.795}  # differences .01 .02 0 .03 .015: t = 3 (hand, above)
+    close = {0: 0.805, 1: 0.81, 2: 0.80, 3: 0.84, 5: 0.7}  # trial 5 unpaired; differences -.005 .01 -.01 .01
+    sig = S.trial_level_vs_best({"best": best, "worse": worse, "close": close})
+    assert sig["best"]["best"] and sig["best"]["p_value"] is None
+    assert sig["worse"]["p_value"] == pytest.approx(2 * stats.t.sf(3.0, 4)) and sig["worse"]["significantly_worse"]
+    d = np.array([-0.005, 0.01, -0.01, 0.01])
+    t = d.mean() / (d.std(ddof=1) / 2)
+    assert sig["close"]["n_trials"] == 4 and sig["close"]["p_value"] == pytest.approx(2 * stats.t.sf(abs(t), 3))
+    assert not sig["close"]["significantly_worse"] and not sig["best"]["best_significant"]
+    assert sig["close"]["trials_needed"] == TS.trials_needed(d.mean(), d.std(ddof=1), two_sided=True)
+    assert "trial" in sig["worse"]["unit"]
+    md = online_table_markdown({n: {"cum_ndcg": list(v.values())} for n, v in (("best", best), ("worse", worse))},
+                               ("cum_ndcg",), {"cum_ndcg": sig})
+    assert "unit: trial (paired t-test over the trials' values" in md and "▾" in md
+    trials = [{"a": {"ndcg@10": best[t], "seconds": 1.0}, "b": {"ndcg@10": worse[t], "seconds": 1.0}} for t in range(5)]
+    off = offline_tables.significance(trials, ["a", "b"], ["ndcg@10"])
+    assert off["ndcg@10"]["b"]["p_value"] == pytest.approx(sig["worse"]["p_value"])
+    md = offline_tables.markdown_table(offline_tables.summarize(trials, ["a", "b"], ["ndcg@10"]), ["ndcg@10"], sig=off)
+    assert "▾" in md and "unit: trial" in md

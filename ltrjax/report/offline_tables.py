@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ltrjax.report.tables import trials_phrase
+from ltrjax.report.stats import TRIAL_UNIT, trial_level_vs_best
+from ltrjax.report.tables import WORSE_MARK, trials_phrase
 
 
 def summarize(trials: list[dict], names, metrics: Sequence[str]) -> dict:
@@ -26,15 +27,29 @@ def summarize(trials: list[dict], names, metrics: Sequence[str]) -> dict:
     return algos
 
 
-def markdown_table(algos: dict, metrics: Sequence[str], title: str = "") -> str:
-    """The estimators' test metrics: mean ± std over trials (the mean alone for one trial), and the trial count."""
+def significance(trials: list[dict], names, metrics: Sequence[str], alpha: float = 0.05) -> dict:
+    """{metric: ``stats.trial_level_vs_best``}: every estimator against the column's best, paired over the trials
+    (trial t of ``trials``) both ran."""
+    return {m: trial_level_vs_best({n: {t: row[n][m] for t, row in enumerate(trials) if n in row} for n in names
+                                    if any(n in row for row in trials)}, alpha=alpha) for m in metrics}
+
+
+def markdown_table(algos: dict, metrics: Sequence[str], title: str = "", sig: dict | None = None,
+                   alpha: float = 0.05) -> str:
+    """The estimators' test metrics: mean ± std over trials (the mean alone for one trial), and the trial count;
+    with ``sig`` (``significance``), rows significantly worse than the column's best marked, the unit named."""
     lines = [f"### {title}", ""] if title else []
     lines.append("| estimator | " + " | ".join(metrics) + " | trials | train s |")
     lines.append("|---|" + "---|" * (len(metrics) + 2))
     for name, e in algos.items():
         n = len(e["trials"])
-        cells = [f"{e[m]:.4f} ± {e['std'][m]:.4f}" if n > 1 else f"{e[m]:.4f}" for m in metrics]
+        cells = [(f"{e[m]:.4f} ± {e['std'][m]:.4f}" if n > 1 else f"{e[m]:.4f}")
+                 + (f" {WORSE_MARK}" if ((sig or {}).get(m, {}).get(name) or {}).get("significantly_worse") else "")
+                 for m in metrics]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {n} | {e['seconds']:.1f} |")
+    if sig:
+        lines += ["", f"{WORSE_MARK}: significantly worse than the column's best row (unit: {TRIAL_UNIT}; "
+                      f"p < {alpha})."]
     return "\n".join(lines) + "\n"
 
 

@@ -5,9 +5,9 @@ A run (``ltrjax.runner``) writes to its output directory:
 - ``results.json``  one entry per row (``ALGORITHM@SETTING``; EBRank and BM25 plain), per-trial values;
   rewritten after every finished trial, and read back by a rerun into the same directory (``resume``),
   which skips the trials already there — an interrupted run loses only the trial it was in;
-- ``arrays/NAME/trialT.npz``  the paired units of the significance tests (per test query Warm/Cold NDCG,
-  per test session NDCG);
-- ``results.md``  the table (EBRank Table 3 layout) with Fisher randomization tests against the best row,
+- ``arrays/NAME/trialT.npz``  per test query Warm/Cold NDCG and per test session NDCG of every trial (finer
+  units for analyses that name their own unit; the tables test at the trial level);
+- ``results.md``  the table (EBRank Table 3 layout) with paired t-tests over trials against the best row,
   the exploitation ratios (EBRank Table 4), the click rates of perfect documents by entry time
   (UCBRank Fig. 1) and the figures: ``ndcg_over_time.png`` (EBRank Fig. 3), ``click_rate_by_entry.png``,
   ``exploration_sweep.png`` (UCBRank Fig. 2, from the validation grids every trial runs anyway),
@@ -98,30 +98,33 @@ def write_simple_report(run, title: str, wall: float) -> str:
     return table
 
 
-def paired_units(run, names: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Per metric and row: the paired units over the trials every row finished."""
-    trials = sorted(set.intersection(*({t["seed"] for t in run.writer.algorithms[n]["trials"]} for n in names)))
-    gamma = run.writer.header["sim"]["gamma"]
-    units: dict[str, dict[str, np.ndarray]] = {m: {} for m in METRICS}
-    for name in names:
-        warm, cold, cum = [], [], []
-        for trial in trials:
-            with np.load(run.units_path(name, trial)) as z:
-                warm.append(z["query_warm"])
-                cold.append(z["query_cold"])
-                cum.append(stats.discounted_contributions(z["session_ndcg"].astype(np.float64), gamma))
-        units["warm_ndcg"][name], units["cold_ndcg"][name] = np.concatenate(warm), np.concatenate(cold)
-        units["cum_ndcg"][name] = np.concatenate(cum)
-    return units
+def per_trial_values(algorithms: dict) -> dict[str, dict[str, dict]]:
+    """{metric: {row: {trial seed: value}}} from results.json's rows (the trials pair up by their seed)."""
+    return {m: {n: {t["seed"]: t[m] for t in e["trials"] if t.get(m) is not None} for n, e in algorithms.items()}
+            for m in METRICS}
 
 
-def significance(run, alpha: float, n_permutations: int) -> dict[str, dict[str, dict]]:
-    names = [n for n in run.writer.algorithms if all(run.units_path(n, t["seed"]).exists()
-                                                     for t in run.writer.algorithms[n]["trials"])]
-    if len(names) < 2:
+def significance(run, alpha: float, n_permutations: int | None = None) -> dict[str, dict[str, dict]]:
+    """Every row against the column's best at the unit of replication, the trial (``stats.trial_level_vs_best``:
+    a paired t-test over the trials' Cum/Warm/Cold values); ``n_permutations`` is unused (the sign-flip test over
+    (trial, session) and (trial, query) units it sized treated units sharing one model as replicates)."""
+    if len(run.writer.algorithms) < 2:
         return {}
-    units = paired_units(run, names)
-    return {m: stats.significance_vs_best(units[m], alpha=alpha, n_samples=n_permutations) for m in METRICS}
+    return {m: stats.trial_level_vs_best(rows, alpha=alpha) for m, rows in
+            per_trial_values(run.writer.algorithms).items()}
+
+
+def undecided_line(sig: dict[str, dict[str, dict]], labels: dict[str, str]) -> str:
+    """The rows no test separated from a column's best, with the trials a power estimate asks for."""
+    parts = []
+    for m, rows in sig.items():
+        for name, r in rows.items():
+            if not r["best"] and r["p_value"] is not None and not r["significantly_worse"]:
+                need = r["trials_needed"]
+                parts.append(f"{name} ({labels.get(m, m)}, p = {r['p_value']:.2g}: "
+                             + (f"{need} trials)" if need else f"more than {stats.trial_stats.MAX_TRIALS} trials)"))
+    return ("Not separated from the column's best; the trials a power estimate from the observed spread asks for: "
+            + "; ".join(parts) + ".") if parts else ""
 
 
 def sweep_series(algorithms: dict) -> dict[tuple, dict]:
@@ -173,12 +176,11 @@ def write_report(run, title: str, wall: float, eta: dict | None, order: list[str
              f"test-split metrics, {'mean ± std over trials' if n_trials > 1 else 'one trial (no spread)'}; "
              f"wall time {wall:.0f} s for this invocation{memory_phrase(run.writer.header)}, "
              f"{trial_wall:.0f} s summed over the trials' own runs (a resumed run reuses earlier trials). "
-             "Significance: Fisher "
-             "randomization (paired sign-flip) tests against the best row over (trial, test query) units for "
-             "Warm/Cold-NDCG and (trial, test session) discounted contributions for Cum-NDCG.")
+             f"Significance at the unit of replication, the trial: two-sided paired t-tests over the "
+             f"{trials_phrase(n_trials)}' values against the column's best row. " + undecided_line(sig, labels))
     per_trial = {n: {m: [t[m] for t in e["trials"]] for m in METRICS} for n, e in rows.items()}
     parts = [f"# {title}\n\n{run_summary(run.writer.header)}",
-             online_table_markdown(per_trial, TABLE_METRICS, sig, "", notes, labels=labels)]
+             online_table_markdown(per_trial, TABLE_METRICS, sig, "", notes, labels=labels, alpha=exp.alpha)]
     ratios = {}
     for n, e in rows.items():
         found = [t["exploitation_ratio"] for t in e["trials"] if t.get("exploitation_ratio")]

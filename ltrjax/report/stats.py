@@ -1,4 +1,6 @@
-"""Significance tests of the result tables: Fisher's randomization test (paired sign flips).
+"""Significance tests of the result tables: at the unit of replication, the trial (``trial_level_vs_best``: paired
+t-tests over the trials' values, what the online and offline tables report), and Fisher's randomization test
+(paired sign flips over any paired units, kept for comparisons that name their own unit).
 
 EBRank §5.1.5 and UCBRank §6 test significance "with the Fisher randomization test (Smucker et
 al., 2007), p < 0.05". For paired measurements (the same units scored by two systems) the test
@@ -10,6 +12,8 @@ with the flipped ones.
 from __future__ import annotations
 
 import numpy as np
+
+from ltrjax import trial_stats
 
 EXACT_MAX_UNITS = 16  # 2^16 sign patterns x 16 units: enumerate exactly up to here
 _CHUNK_ELEMENTS = 1 << 23  # sign bits (as float64) materialized at once by the Monte Carlo loop: 64 MiB
@@ -148,3 +152,43 @@ def discounted_contributions(values, gamma: float = 0.995) -> np.ndarray:
     if values.ndim != 1:
         raise ValueError(f"discounted_contributions: expected a 1-D sequence, got shape {values.shape}")
     return values * gamma ** np.arange(values.size - 1, -1, -1, dtype=np.float64)
+
+
+TRIAL_UNIT = "trial (paired t-test over the trials' values, two-sided)"
+
+
+def trial_level_vs_best(per_trial: dict[str, dict], alpha: float = 0.05, higher_is_better: bool = True) -> dict:
+    """Every row against the best (by mean) at the unit of replication: a two-sided paired t-test over the trials
+    both ran (``per_trial[row]`` = {trial id: value}); a trial's sessions and queries share one learned model, so
+    they are not replicates. Returns, in the input's row order, ``{row: {"mean", "p_value", "significantly_worse",
+    "best", "n_trials", "unit", "trials_needed"}}`` (the format of ``significance_vs_best``, ``n_units`` = the
+    trials): ``p_value`` is None for the best row and for a row sharing fewer than 2 trials with it;
+    ``trials_needed`` is the n a power estimate from the observed paired spread asks for to separate a row that is
+    not significantly worse (None when separated, or when no n up to ``trial_stats.MAX_TRIALS`` would);
+    ``best_significant`` on the best row: significantly better than every other row."""
+    if not per_trial:
+        return {}
+    names = list(per_trial)
+    means = {k: float(np.mean(list(v.values()))) if v else float("nan") for k, v in per_trial.items()}
+    sign = 1.0 if higher_is_better else -1.0
+    finite = [k for k in names if np.isfinite(means[k])]
+    best = max(finite, key=lambda k: sign * means[k]) if finite else names[0]
+    out: dict[str, dict] = {}
+    for k in names:
+        shared = sorted(t for t in set(per_trial[k]) & set(per_trial[best])
+                        if np.isfinite(per_trial[k][t]) and np.isfinite(per_trial[best][t]))
+        row = {"mean": means[k], "p_value": None, "significantly_worse": False, "best": k == best,
+               "n_trials": len(shared), "n_units": len(shared), "unit": TRIAL_UNIT, "trials_needed": None}
+        if k != best and len(shared) >= 2:
+            a = np.array([per_trial[best][t] for t in shared], np.float64)
+            b = np.array([per_trial[k][t] for t in shared], np.float64)
+            p = trial_stats.two_sided_p(a, b)
+            d = sign * (a - b)
+            row.update(p_value=p, significantly_worse=bool(p < alpha))
+            if p >= alpha:
+                row["trials_needed"] = trial_stats.trials_needed(float(d.mean()), float(d.std(ddof=1)),
+                                                                 two_sided=True, alpha=alpha)
+        out[k] = row
+    others = [out[k] for k in names if k != best]
+    out[best]["best_significant"] = bool(others) and all(o["significantly_worse"] for o in others)
+    return out

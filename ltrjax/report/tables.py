@@ -110,8 +110,9 @@ def online_table_markdown(rows: dict[str, dict], metrics=("cold_ndcg", "warm_ndc
     several = any(v.size > 1 for per_metric in stats.values() for v in per_metric.values())
     legend = ["Mean ± std over trials;" if several else "One trial (no spread);", "**bold**: best mean per column."]
     if significance:
-        legend.append(f"{WORSE_MARK}: significantly worse than the column's best row (two-sided Fisher "
-                      f"randomization test over paired units, p < {alpha});")
+        unit = next((r.get("unit") for rows in significance.values() for r in rows.values() if r.get("unit")),
+                    "paired units (Fisher randomization test, two-sided)")
+        legend.append(f"{WORSE_MARK}: significantly worse than the column's best row (unit: {unit}; p < {alpha});")
         legend.append(f"{BEST_MARK}: the best row is significantly better than every other row.")
         if not (any_worse or any_best):
             legend.append("(no significant differences)")
