@@ -121,3 +121,40 @@ def cumulative_ndcg_curve(values, gamma: float = 0.995) -> np.ndarray:
     from scipy.signal import lfilter  # imported here: scipy.signal takes over a second to import
 
     return lfilter([1.0], [1.0, -gamma], values)
+
+
+# --------------------------------------------------------------------------- the field's measures (issue 42)
+# Each is checked against ir_measures (tests/test_metrics_ir_measures.py) on the same run and qrels; the string of
+# every offline metric is ``ltrjax.offline.evaluate.IR_MEASURES``.
+def dcg_at_k(scores, gains, mask, discount):
+    """DCG@k = sum_{i <= k} g(y_i) / log2(i + 1) of ranking ``mask``ed documents by ``scores`` (k = len(discount))."""
+    ranking, slot_valid = top_k_ranking(scores, mask, discount.shape[-1])
+    return dcg_of_ranking(ranking, slot_valid, gains, discount)
+
+
+def _top_labels(scores, labels, mask, k: int):
+    ranking, slot_valid = top_k_ranking(scores, mask, k)
+    return jnp.take_along_axis(labels, ranking, axis=-1), slot_valid
+
+
+def reciprocal_rank_at_k(scores, labels, mask, k: int, threshold: int = 1):
+    """RR@k = 1 / (rank of the first document with label >= threshold), 0 when none is in the top k."""
+    top, valid = _top_labels(scores, labels, mask, k)
+    hit = valid & (top >= threshold)
+    first = jnp.argmax(hit, axis=-1)
+    return jnp.where(hit.any(axis=-1), 1.0 / (first + 1.0), 0.0)
+
+
+def precision_at_k(scores, labels, mask, k: int, threshold: int = 1):
+    """P@k = |{i <= k: y_i >= threshold}| / k (a list shorter than k still divides by k, as trec_eval)."""
+    top, valid = _top_labels(scores, labels, mask, k)
+    return jnp.sum(valid & (top >= threshold), axis=-1) / float(k)
+
+
+def err_at_k(scores, labels, mask, k: int, max_grade: int = 4):
+    """ERR@k (Chapelle et al. 2009, Eq. 4): sum_r (1/r) R_r prod_{i<r} (1 - R_i), R = (2^y - 1) / 2^max_grade
+    (gdeval's ``max_grade`` 4, what ir_measures' ``ERR@k`` computes)."""
+    top, valid = _top_labels(scores, labels, mask, k)
+    r = jnp.where(valid, (2.0 ** jnp.asarray(top, jnp.float32) - 1.0) / 2.0 ** max_grade, 0.0)
+    reach = jnp.concatenate([jnp.ones_like(r[..., :1]), jnp.cumprod(1.0 - r, axis=-1)[..., :-1]], axis=-1)
+    return jnp.sum(r * reach / jnp.arange(1, r.shape[-1] + 1, dtype=jnp.float32), axis=-1)

@@ -30,7 +30,8 @@ from ltrjax.offline.logging import (LoggedLists, log_click_stats, pad_positions,
                                     top_k_lists)
 from ltrjax.offline.train import fit
 
-METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",)  # what every estimator is evaluated on (test split)
+# the table's columns (test split); results.json's trials hold every key of ``evaluate.query_metrics``
+METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map",) + tuple(f"dcg@{k}" for k in KS) + ("mrr@10", "err@10", "p@10")
 
 
 def binarize_threshold(exp: OfflineConfig, y_max: int) -> int:
@@ -186,7 +187,8 @@ def prepare_trial(qs, exp: OfflineConfig, seed: int) -> TrialData:
     prod = fit(prod_est, prod_data, jax.random.fold_in(key, 1), qs.n_features, exp.train_for("production"),
                validate=make_validator(prod_est, vali))
     prod_metrics = make_evaluator(prod_est, test, map_threshold=exp.eval.map_threshold,
-                                  drop_no_relevant=exp.eval.drop_no_relevant)(prod.params, prod.state)
+                                  drop_no_relevant=exp.eval.drop_no_relevant, per_query=True)(prod.params, prod.state)
+    prod_per_query = prod_metrics.pop("_per_query")
 
     parts = []
     prod_score = jitted_score(prod_est)
@@ -207,7 +209,7 @@ def prepare_trial(qs, exp: OfflineConfig, seed: int) -> TrialData:
             "prepare_seconds": time.perf_counter() - t0, "production_epochs": prod.history["epochs"]}
     return TrialData(seed=seed, n_features=int(qs.n_features), y_max=y_max, vali=vali, test=test, logged=logged,
                      labeled_train=labeled_train, production=prod, production_estimator=prod_est,
-                     production_metrics=prod_metrics, info=info)
+                     production_metrics=prod_metrics, info=info, cache={"production_per_query": prod_per_query})
 
 
 def logging_budget(exp: OfflineConfig, n_logged_queries: int) -> dict:
@@ -230,13 +232,14 @@ def fit_schedule(fr, cfg) -> dict:
 
 
 def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print, click_data=None, on_chunk=None,
-                on_fit=None) -> dict:
+                on_fit=None, per_query: bool = False) -> dict:
     """Log clicks with ``exp.click_model`` up to the budget and train/evaluate ``estimators`` (default: all).
 
     Estimators named ``*_oracle`` are told the true click model; the others what ``exp.propensities`` says.
     ``click_data`` = (LoggedLists, ClickStats, info) of a click log (``offline.click_data``) replaces the
     logging; ``on_chunk`` receives the logged sessions (``log_click_stats``); ``on_fit(name, estimator,
-    FitResult)`` every trained model.
+    FitResult)`` every trained model. ``per_query``: each result also holds ``"_per_query"`` (``make_evaluator``'s
+    per-query test metrics; the caller takes them out before recording).
     """
     estimators = list(estimators or exp.estimators)
     k = int(trial.logged.mask.shape[1])
@@ -266,18 +269,21 @@ def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print
                            "clicks_per_query": stats.total_clicks / max(n_queries, 1), "list_size": k,
                            "propensities": told_info,
                            **({"click_log": click_data[2]} if click_data is not None else {})}
-    evaluator_kw = {"map_threshold": exp.eval.map_threshold, "drop_no_relevant": exp.eval.drop_no_relevant}
+    evaluator_kw = {"map_threshold": exp.eval.map_threshold, "drop_no_relevant": exp.eval.drop_no_relevant,
+                    "per_query": per_query}
     for name in estimators:
         t0 = time.perf_counter()
         cfg = exp.train_for(name)
         if name == "production":
             res = dict(trial.production_metrics)
+            if per_query:
+                res["_per_query"] = trial.cache["production_per_query"]
             res["epochs"] = trial.production.history["epochs"]
             res["schedule"] = fit_schedule(trial.production, exp.train_for("production"))
             if on_fit is not None:
                 on_fit(name, trial.production_estimator, trial.production)
         elif name == "labeled":
-            ck = ("labeled", exp.ranker, json.dumps(dataclasses.asdict(cfg), sort_keys=True),
+            ck = ("labeled", per_query, exp.ranker, json.dumps(dataclasses.asdict(cfg), sort_keys=True),
                   json.dumps(exp.options_for("labeled"), sort_keys=True))
             if ck not in trial.cache:
                 est = make_named_estimator(exp, "labeled")
