@@ -125,7 +125,8 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
 
         click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
                                          chunk=chunk_size(int(click_log.doc_ids.shape[1]), exp.logging_chunk),
-                                         path=str(exp.click_log), warn=False)  # run_offline warned once
+                                         path=str(exp.click_log or qs.info.get("click_log")),
+                                         warn=False)  # run_offline warned once
     elif exp.save_click_logs:
         from ltrjax.clicklog import ClickLogWriter
         from ltrjax.offline.click_data import logged_sessions
@@ -166,6 +167,7 @@ def offline_markdown(results: dict, exp: OfflineConfig) -> str:
     table."""
     infos = results["trials_info"]
     source = (f"click log {exp.click_log}" if exp.click_log
+              else "the dataset's click sessions" if infos and "click_log" in infos[0]
               else protocol_line(exp.budget, exp.list_size, exp.list_cap, infos))
     header = markdown_header(results["dataset"], exp.click_model.mapping(), exp.ranker, exp.seed, source, len(infos),
                              results["record"]["commit"])
@@ -183,13 +185,13 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
     qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=exp.seed)
     trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
     click_log = None
-    if exp.click_log:
+    log_path = exp.click_log or qs.info.get("click_log")  # a real-click dataset (baidu_ultr) brings its log
+    if log_path:
         from ltrjax.clicklog import read_click_log
-
         from ltrjax.offline.click_data import training_sessions
 
-        click_log = read_click_log(exp.click_log)
-        training_sessions(click_log, qs, str(exp.click_log))  # refused or warned before any work
+        click_log = read_click_log(log_path)
+        training_sessions(click_log, qs, str(log_path))  # refused or warned before any work
     from tqdm import tqdm
 
     # disable=None: the bar is off when stderr is not a terminal

@@ -36,7 +36,7 @@ def check_queryset(qs: QuerySet) -> None:
         if n == 0:
             raise DataCheckError(_where(qs, split), f"split {split} has no query ({_fate(qs, split)})",
                                  _more_queries_hint(qs))
-        if not (max_label[in_split] > 0).any():
+        if not (max_label[in_split] > 0).any() and not (split == "train" and qs.info.get("unlabelled_train")):
             docs = int(np.diff(qs.query_offsets)[in_split].sum())
             raise DataCheckError(
                 _where(qs, split), f"split {split} has no relevant document (all {docs} labels of its {n} queries "

@@ -29,7 +29,7 @@ class DatasetConfig:
     ``preset`` and any field of ``SyntheticParams`` (``SYNTHETIC_KEYS``)."""
 
     name: str = "letor"
-    kind: Annotated[str, OneOf(("letor", "synthetic"))] = "letor"
+    kind: Annotated[str, OneOf(("letor", "synthetic", "baidu_ultr"))] = "letor"
     path: str | None = None  # relative: to the working directory
     path_env: str | None = None
     default_path: str | None = None  # relative: to the source checkout (else the working directory)
@@ -88,6 +88,10 @@ def load_dataset(cfg: Mapping | str, *, seed: int = 0, cache_dir: str | None = N
         raw = _generate(c, seed)
     elif c["kind"] == "letor":
         raw = _read_letor_dataset(c, seed, cache_dir)
+    elif c["kind"] == "baidu_ultr":
+        from .baidu_ultr import read_baidu_ultr
+
+        raw = read_baidu_ultr(c, seed, cache_dir)
     else:
         raise ConfigError("dataset.kind", c["kind"], "expected letor or synthetic")
     qs = preprocess(
@@ -153,6 +157,14 @@ def synthetic_schema() -> type:
     return dataclasses.make_dataclass("SyntheticDatasetConfig", extra, bases=(DatasetConfig,), frozen=True)
 
 
+@functools.lru_cache(maxsize=None)
+def baidu_schema() -> type:
+    """DatasetConfig plus the Baidu-ULTR keys (``ltrjax.data.baidu_ultr.BaiduSettings``)."""
+    from .baidu_ultr import BaiduSettings
+
+    return dataclasses.make_dataclass("BaiduDatasetConfig", [], bases=(DatasetConfig, BaiduSettings), frozen=True)
+
+
 def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
     """The ``dataset`` mapping (default: ``conf/dataset/synthetic.yaml``) typed and checked, a relative
     ``dataset.path`` made absolute against ``cwd`` (the directory the user ran from)."""
@@ -163,7 +175,11 @@ def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
     if mapping is None:
         mapping = default_dataset()
     kind = (mapping or {}).get("kind", "letor") if isinstance(mapping, (dict, DictConfig)) else None
-    if kind == "synthetic":
+    if kind == "baidu_ultr":
+        data = typed(baidu_schema(), mapping, "dataset", label="dataset")
+        values = dataclasses.asdict(data)
+        bm25 = data.bm25_feature
+    elif kind == "synthetic":
         data = typed(synthetic_schema(), mapping, "dataset", label="dataset")
         values = dataclasses.asdict(data)
         try:  # the preset with the overrides: ranges and consistency (SyntheticParams.__post_init__)
@@ -196,11 +212,17 @@ def dataset_config(cfg: Mapping) -> dict[str, Any]:
             cfg = OmegaConf.to_container(cfg, resolve=True)
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
-    known = {*DEFAULTS, *(SYNTHETIC_KEYS if dict(cfg).get("kind") == "synthetic" else ())}
+    kind = dict(cfg).get("kind")
+    extra = {}
+    if kind == "baidu_ultr":
+        from .baidu_ultr import BaiduSettings
+
+        extra = dataclasses.asdict(BaiduSettings())
+    known = {*DEFAULTS, *(SYNTHETIC_KEYS if kind == "synthetic" else ()), *extra}
     for key, value in dict(cfg).items():
         if key not in known:
             raise unknown_key(f"dataset.{key}", value, known, "dataset")
-    merged = {**DEFAULTS, **dict(cfg)}
+    merged = {**DEFAULTS, **extra, **dict(cfg)}
     for key, default in DEFAULTS.items():  # null means "default", except for fold (no folds)
         if merged[key] is None and key != "fold":
             merged[key] = default

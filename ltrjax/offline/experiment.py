@@ -169,8 +169,11 @@ def prepare_trial(qs, exp: OfflineConfig, seed: int) -> TrialData:
     rng = np.random.default_rng(seed)
     key = jax.random.PRNGKey(seed)
     y_max = int(qs.y_max)
+    info = getattr(qs, "info", None) or {}
+    graded = exp.eval.binarize == "auto" and info.get("graded_evaluation")  # real clicks: grades as they are
     eval_view = types.SimpleNamespace(features=qs.features, query_offsets=qs.query_offsets,
-                                      labels=evaluation_labels(qs.labels, exp, y_max))
+                                      labels=np.asarray(qs.labels, np.int32) if graded
+                                      else evaluation_labels(qs.labels, exp, y_max))
     split = np.asarray(qs.split)
     train_ids, vali_ids, test_ids = (np.flatnonzero(split == s) for s in (0, 1, 2))
     sizes = np.diff(np.asarray(qs.query_offsets))
