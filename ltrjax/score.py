@@ -5,9 +5,10 @@
 The file's features are prepared as the model's training data was (the kept original feature ids,
 per-query min-max normalisation); an online policy scores *cold* (no click statistics: its
 ``test_scores(..., warm=False)``). Each line of the output is ``qid Q0 docid rank score tag``, the
-format trec_eval and ir_measures read, where ``docid`` is the 0-based index of the document among
-its query's lines in the file (the document ids of click logs) and ranks break score ties by that
-index. A malformed LETOR file or model file exits with status 2 and one line naming it; so does a file
+format trec_eval and ir_measures read, where ``docid`` is the line's ``#docid`` comment when the file has
+them (MQ2007/MQ2008: the TREC Million Query ids, GX...), else the 0-based index of the document among its
+query's lines in the file (the document ids of click logs); ranks break score ties by that index. A
+malformed LETOR file or model file exits with status 2 and one line naming it; so does a file
 whose features differ from the model's training files (``--allow-feature-mismatch`` scores it anyway,
 absent features read as 0), an output folder that does not exist, and a model that ranks cold documents
 by nothing (an only-behaviour policy scores every document without clicks the same). A closed output
@@ -76,7 +77,8 @@ def letor_queryset(path, features: dict, cache_dir=None, *, allow_feature_mismat
     y_max = max(int(features.get("y_max", 0)), int(raw.labels.max(initial=0)))
     return QuerySet(name=str(path), features=x, labels=raw.labels, query_offsets=raw.query_offsets, qids=raw.qids,
                     split=np.full(raw.n_queries, TEST, np.int8), y_max=y_max, bm25_column=bm25_column,
-                    feature_ids=ids.astype(np.int32), info={"normalize": features.get("normalize")})
+                    feature_ids=ids.astype(np.int32), info={"normalize": features.get("normalize")},
+                    docids=raw.docids)
 
 
 def _offline_scores(model: SavedModel, qs: QuerySet) -> np.ndarray:
@@ -158,14 +160,24 @@ def score_queryset(model: SavedModel, qs: QuerySet) -> np.ndarray:
     raise ValueError(f"{model.path}: unknown model kind {kind!r}; expected 'online' or 'offline'")
 
 
+def doc_name(qs: QuerySet, q: int, d: int) -> str:
+    """The run-file id of document ``d`` of query ``q``: its ``#docid`` (MQ2007/MQ2008's GX... ids) when the file
+    has one, else its 0-based index among the query's lines."""
+    if qs.docids is not None:
+        name = str(qs.docids[int(qs.query_offsets[q]) + int(d)])
+        if name:
+            return name
+    return str(int(d))
+
+
 def trec_lines(qs: QuerySet, scores: np.ndarray, tag: str):
-    """``qid Q0 docid rank score tag`` lines, best first per query (ties: lower docid first)."""
+    """``qid Q0 docid rank score tag`` lines, best first per query (ties: lower line index first)."""
     offsets = np.asarray(qs.query_offsets)
     for q in range(qs.n_queries):
         s = scores[offsets[q]:offsets[q + 1]]
         order = np.lexsort((np.arange(len(s)), -s.astype(np.float64)))
         for rank, d in enumerate(order, start=1):
-            yield f"{int(qs.qids[q])} Q0 {int(d)} {rank} {float(s[d])!r} {tag}\n"
+            yield f"{int(qs.qids[q])} Q0 {doc_name(qs, q, d)} {rank} {float(s[d])!r} {tag}\n"
 
 
 def qrels_lines(qs: QuerySet, exp_gain: bool = False):
@@ -173,7 +185,7 @@ def qrels_lines(qs: QuerySet, exp_gain: bool = False):
     offsets = np.asarray(qs.query_offsets)
     for q in range(qs.n_queries):
         for d, y in enumerate(qs.labels[offsets[q]:offsets[q + 1]]):
-            yield f"{int(qs.qids[q])} 0 {d} {(2 ** int(y) - 1) if exp_gain else int(y)}\n"
+            yield f"{int(qs.qids[q])} 0 {doc_name(qs, q, d)} {(2 ** int(y) - 1) if exp_gain else int(y)}\n"
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,7 @@ from ltrjax.data.registry import load_dataset
 from ltrjax.offline.click_data import click_training_data, training_sessions
 from ltrjax.offline_runner import run_offline
 from tests.test_bad_input import folder, letor_cfg, letor_lines
+from tests.shared_data import MQ2008, needs_mq2008
 from tests.test_run import run_cli
 
 
@@ -166,3 +167,30 @@ def test_cli_zero_click_log_and_identical_features_exit_2(tmp_path):
     assert f"{tmp_path / 'zero.parquet'}: expected at least one click among the training sessions" in proc.stderr
     assert "40 training sessions, 160 shown documents, 0 clicks" in proc.stderr
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+# --------------------------------------------------------------------------- document ids (issue 42, item 4)
+@needs_mq2008
+def test_mq2008_run_files_carry_the_gx_ids(tmp_path, capsys):
+    from ltrjax import score
+    from ltrjax.saved import save_model
+
+    meta = {"kind": "online", "algorithm": "bm25", "key": "bm25", "trial": 0, "seed": 0,
+            "config": {"_target_": "ltrjax.online.policies.bm25.BM25"}, "chosen": {},
+            "features": {"feature_ids": list(range(1, 47)), "n_features": 46, "normalize": "none",
+                         "bm25_feature": 25, "y_max": 2, "dataset": "mq2008"}}
+    model = save_model(tmp_path / "bm25.msgpack", meta, ())
+    vali = MQ2008 / "Fold1" / "vali.txt"
+    status = score.main([str(model), str(vali), "--out", str(tmp_path / "run.txt"), "--qrels",
+                         str(tmp_path / "qrels.txt"), "--cache-dir", str(tmp_path / "cache")])
+    assert status == 0, capsys.readouterr().err
+    lines = [line.split("#docid = ")[1].split()[0] for line in vali.read_text().splitlines()]
+    run = [line.split() for line in (tmp_path / "run.txt").read_text().splitlines()]
+    assert len(run) == len(lines) and {r[2] for r in run} == set(lines) and all(r[2].startswith("GX") for r in run)
+    qrels = [line.split() for line in (tmp_path / "qrels.txt").read_text().splitlines()]
+    assert [q[2] for q in qrels] == lines  # file order: the line's own GX id beside its label
+    raw = read_letor(vali, use_cache=False)
+    assert raw.docids is not None and raw.docids[0] == lines[0]
+    # a file without docid comments keeps line indexes
+    plain = parse_letor_bytes(b"1 qid:1 1:0.5\n0 qid:1 1:0.2\n")
+    assert plain.docids is None
