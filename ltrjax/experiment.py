@@ -39,6 +39,21 @@ def configure_jax(run: ResolvedRun | None = None) -> None:
         enable_compilation_cache(default_cache_dir(run.data.cache_dir or None))
 
 
+def output_folders(run: ResolvedRun) -> list[str]:
+    """The folders ``run`` writes into inside its run folder (``record.check_output_folders`` refuses a file there)."""
+    from ltrjax.offline.config import OfflineConfig
+    from ltrjax.record import ONLINE_KINDS
+
+    names = [".hydra"]
+    exp = run.experiment
+    if run.kind in ONLINE_KINDS:
+        names += ["arrays", "models"] + (["click_logs"] if run.save_click_logs else [])
+        names += ["eta_sweep"] if getattr(exp, "eta_sweep", None) is not None else []
+    elif isinstance(exp, OfflineConfig):
+        names += (["models"] if exp.save_models else []) + (["click_logs"] if exp.save_click_logs else [])
+    return names
+
+
 def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
     """Refuse (``RunFolderError``) a run folder whose results.json another kind of experiment wrote, or whose
     finished rows (online) or experiment (offline, fidelity) were made with other settings; before any data is
@@ -46,6 +61,7 @@ def check_run_folder(run: ResolvedRun, out_dir: Path) -> None:
     from ltrjax.offline.config import as_mapping
     from ltrjax import record
 
+    record.check_output_folders(out_dir, output_folders(run))
     kind = run.kind
     if kind in record.ONLINE_KINDS:
         from ltrjax.runner import row_settings

@@ -12,6 +12,7 @@ import numpy as np
 
 from ltrjax.data.queryset import TEST
 from ltrjax.online.simulator import Simulator, TrialResult
+from ltrjax.record import writing
 from ltrjax.report import analysis
 
 
@@ -64,9 +65,10 @@ def exploitation_ratios(policy, params) -> dict | None:
 def save_units(path: Path, sim: Simulator, result: TrialResult) -> None:
     """The paired units of the significance tests of one trial."""
     test_queries = np.flatnonzero(sim.data.split_of_query == TEST)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez_compressed(tmp, query=test_queries, query_warm=result.query_ndcg["warm"][test_queries],
-                        query_cold=result.query_ndcg["cold"][test_queries],
-                        session_ndcg=result.session_ndcg[result.session_split == TEST])
-    tmp.replace(path)
+    with writing(path, tmp):  # a failed write: WriteError naming the file, no temporary file left
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(tmp, query=test_queries, query_warm=result.query_ndcg["warm"][test_queries],
+                            query_cold=result.query_ndcg["cold"][test_queries],
+                            session_ndcg=result.session_ndcg[result.session_split == TEST])
+        tmp.replace(path)

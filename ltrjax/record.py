@@ -17,7 +17,7 @@ import os
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -74,12 +74,48 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+class WriteError(RunFolderError):
+    """A run's file that could not be written (a full disk, a file size limit, a path that is not a folder);
+    ``str(e)`` is one paragraph naming the file. The file is left as it was (no temporary file): exit status 2."""
+
+
+@contextmanager
+def writing(path: Path, tmp: Path | None = None) -> Iterator[None]:
+    """Around the code that writes ``path`` (through ``tmp``, renamed to ``path`` at the end): an ``OSError``
+    removes ``tmp`` and becomes a ``WriteError`` naming ``path``, so a failed write leaves no temporary file and
+    the previous ``path`` (a finished run's rows) intact."""
+    try:
+        yield
+    except OSError as err:
+        if tmp is not None:
+            try:
+                Path(tmp).unlink(missing_ok=True)
+            except OSError:
+                pass
+        raise WriteError(f"cannot write {path}: {err.strerror or err} (a full disk, a file size limit or a file "
+                         f"where a folder should be); what the run had finished before is kept, unchanged: make "
+                         f"room and rerun the same command into the same folder to resume.") from None
+
+
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: readers see the old or the new file."""
+    """Write ``text`` to ``path`` through a temporary file and a rename: readers see the old or the new file; a
+    failed write raises ``WriteError`` and leaves the old file and no temporary one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with writing(path, tmp):
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+def check_output_folders(out_dir: Path, names: Iterable[str]) -> None:
+    """``RunFolderError`` when a folder this run writes into (``OUT_DIR/NAME`` for each of ``names``: ``models``,
+    ``arrays``, ``click_logs``, ...) exists as something else, a file: checked before any work, where the run would
+    otherwise fail at its first save, after a whole population."""
+    for name in names:
+        path = Path(out_dir) / name
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
+            raise RunFolderError(f"{path} is a file, but this run writes into a folder of that name; move the file "
+                                 f"away, or run into another folder (hydra.run.dir=NEW_FOLDER). Nothing was run.")
 
 
 class NotResultsFile(ValueError):

@@ -28,15 +28,15 @@ from ltrjax.data.layout import pad_and_bucket
 from ltrjax.data.queryset import TEST, QuerySet
 from ltrjax.online import host_random
 from ltrjax.online.policies.bm25 import BM25
-from ltrjax.online.simulator import Simulator, TrialResult
+from ltrjax.online.simulator import Simulator, TrialResult, default_session_count
 from ltrjax.measure import exploitation_ratios, memory_record, perfect_click_rates, save_units
 from ltrjax.report.online_report import METRICS, safe_name, write_report, write_simple_report
 from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
 from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
-from ltrjax.schema import (RESOLVED_CONFIG, ResolvedRun, algorithm_options, as_run, fit_override,  # noqa: F401
-                           policy_class, write_resolved_config)
+from ltrjax.schema import (RESOLVED_CONFIG, ResolvedRun, algorithm_options, as_run, check_segments,  # noqa: F401
+                           fit_override, policy_class, write_resolved_config)
 from ltrjax.saved import feature_spec, model_path, save_model
 
 log = logging.getLogger("ltrjax")
@@ -476,6 +476,20 @@ def eta_sweep(run: ResolvedRun, out_dir: Path, data, main: OnlineRun) -> dict | 
     return {"x": values, "series": series}
 
 
+def check_session_counts(run: ResolvedRun, sim: Simulator) -> None:
+    """``ConfigError`` before any simulation when the main phase counted from the data (``sim.sessions`` null), of
+    the run or of an η-sweep rerun, has fewer sessions than segments (``schema.check_segments``)."""
+    cfg = sim.config
+    if cfg.sessions is not None:
+        return  # resolve checked it
+    sweep = getattr(run.experiment, "eta_sweep", None)
+    etas = [cfg.entry_prob, *(float(v) for v in (sweep.values if sweep is not None and sweep.algorithms else ()))]
+    for eta in etas:
+        n_main = default_session_count(sim.data, eta, cfg.session_count)
+        check_segments(cfg, n_main, f" (sim.sessions null: {cfg.session_count}'s count for {sim.data.name} at "
+                                    f"entry probability {eta:g})")
+
+
 def selected_algorithms(run: ResolvedRun) -> dict:
     """``run.algorithms``, or the keys listed in ``experiment.only`` (in that order; ``resolve`` checked them)."""
     only = run.experiment.only
@@ -502,6 +516,7 @@ def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=
     data = padded_data(run, queryset) if data is None else data
     run = bm25_fallback(run, data)
     sim = build_simulator(run, data)
+    check_session_counts(run, sim)
     header = {**run_header(run, sim, queryset), "experiment": dataclasses.asdict(run.experiment)}
     algorithms = selected_algorithms(run)
     log.info("%s: %d queries (%s), %d warm-up + %d sessions per trial, %d rows x %d trials", data.name,

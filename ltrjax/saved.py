@@ -20,6 +20,8 @@ import jax
 import numpy as np
 from flax import serialization
 
+from ltrjax.record import writing
+
 FORMAT = "ltrjax-model/1"
 
 
@@ -50,12 +52,13 @@ def _host(tree):
 def save_model(path, meta: dict, params, state=None) -> Path:
     """Write one model file (atomically); returns its path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "meta": json.dumps(meta, default=_json_default), "params": _host(params),
                "state": _host(state) if state is not None else {}}
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(serialization.msgpack_serialize(payload))
-    os.replace(tmp, path)
+    with writing(path, tmp):  # a failed write: WriteError naming the model file, no temporary file left
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(serialization.msgpack_serialize(payload))
+        os.replace(tmp, path)
     return path
 
 

@@ -50,6 +50,7 @@ from ltrjax.offline.config import FidelityConfig, OfflineConfig
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
 from ltrjax.precision import DEFAULT_MATMUL_PRECISION, MATMUL_PRECISIONS
+from ltrjax.record import atomic_write
 from ltrjax.structured import allowed_text, conf_dir, join_key, lookup, typed, writable
 
 log = logging.getLogger("ltrjax")
@@ -510,6 +511,8 @@ def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
             raise ConfigError("click_log", top.click_log, "only experiment=offline trains from a click log; "
                               "the online experiments simulate their own clicks")
         run["sim"] = top.sim.resolved()  # click_rng "auto" made concrete for this backend: what the run records
+        if top.sim.sessions is not None:
+            check_segments(top.sim, top.sim.sessions)
         schema = OnlineExperimentConfig if kind == "online" else OnlineTableExperimentConfig
         ecfg = typed(schema, experiment, "experiment", label=f"{kind} experiment")
         run["experiment"] = ecfg
@@ -537,6 +540,16 @@ def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
         _warn_tuned(overrides, run["algorithms"], ecfg.tune)
     run["dataset"] = _plain(check_dataset(plain.get("dataset"), cwd))
     return ResolvedRun(**run)
+
+
+def check_segments(sim: SimConfig, n_sessions: int, counted: str = "") -> None:
+    """``ConfigError`` when the main phase's ``n_sessions`` sessions cannot fill ``sim``'s segments (``sim.refreshes``,
+    else ``sim.n_updates``): each segment needs a session. ``counted`` says where a counted ``n_sessions`` came
+    from. ``resolve`` checks a given ``sim.sessions``; the runner a count made from the data, before simulating."""
+    if sim.n_segments > n_sessions:
+        key = "sim.refreshes" if sim.refreshes else "sim.n_updates"
+        raise ConfigError(key, sim.n_segments, f"expected at most the main phase's {n_sessions} sessions{counted}: "
+                          "each segment between two updates needs at least one session")
 
 
 def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
@@ -567,7 +580,7 @@ def write_resolved_config(cfg, out_dir) -> pathlib.Path:
     ``OUT_DIR/resolved_config.yaml``."""
     path = pathlib.Path(out_dir) / RESOLVED_CONFIG
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(OmegaConf.to_yaml(cfg.to_config() if isinstance(cfg, ResolvedRun) else cfg))
+    atomic_write(path, OmegaConf.to_yaml(cfg.to_config() if isinstance(cfg, ResolvedRun) else cfg))
     return path
 
 

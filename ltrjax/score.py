@@ -10,7 +10,8 @@ them (MQ2007/MQ2008: the TREC Million Query ids, GX...), else the 0-based index 
 query's lines in the file (the document ids of click logs); ranks break score ties by that index. A
 malformed LETOR file or model file exits with status 2 and one line naming it; so does a file
 whose features differ from the model's training files (``--allow-feature-mismatch`` scores it anyway,
-absent features read as 0), an output folder that does not exist, and a model that ranks cold documents
+absent features read as 0), an output folder that does not exist, an output that is an input (the model
+or the LETOR file: nothing is overwritten), and a model that ranks cold documents
 by nothing (an only-behaviour policy scores every document without clicks the same). A closed output
 pipe (``| head``) ends the run quietly.
 """
@@ -203,6 +204,7 @@ def main(argv=None) -> int:
                              "(absent features read as 0)")
     args = parser.parse_args(argv)
     try:
+        _check_outputs(args)
         for out in (args.out, args.qrels):
             if out not in (None, "-"):
                 _check_writable(out)
@@ -217,15 +219,13 @@ def main(argv=None) -> int:
     tag = args.tag or model.meta.get("algorithm") or model.meta.get("estimator") or "ltrjax"
     try:
         if args.qrels:
-            with open(args.qrels, "w") as f:
-                f.writelines(qrels_lines(qs, args.exp_gain))
+            _write_lines(Path(args.qrels), qrels_lines(qs, args.exp_gain))
         lines = trec_lines(qs, scores, tag)
         if args.out == "-":
             sys.stdout.writelines(lines)
             sys.stdout.flush()
         else:
-            with open(args.out, "w") as f:
-                f.writelines(lines)
+            _write_lines(Path(args.out), lines)
             print(f"wrote {qs.n_docs} lines for {qs.n_queries} queries to {args.out}", file=sys.stderr)
     except BrokenPipeError:  # the reader closed the pipe (| head): what it read is what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)  # so that the interpreter's final flush cannot fail again
@@ -235,6 +235,40 @@ def main(argv=None) -> int:
         print(f"ltrjax.score: cannot write {err.filename or args.out}: {err.strerror or err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _write_lines(path: Path, lines) -> None:
+    """``lines`` to ``path`` through a temporary file and a rename: a failed write leaves the old file and no
+    temporary one (``OSError`` as before)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.writelines(lines)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _check_outputs(args) -> None:
+    """``ScoreError`` when ``--out`` or ``--qrels`` names an input (the model, the LETOR file) or each other: the
+    run file would overwrite it."""
+    inputs = {"the model": args.model, "the LETOR file": args.letor}
+    outputs = {"--out": args.out, "--qrels": args.qrels}
+    written = {flag: Path(p) for flag, p in outputs.items() if p not in (None, "-")}
+    for flag, path in written.items():
+        for what, source in inputs.items():
+            if _same_file(path, Path(source)):
+                raise ScoreError(f"{flag} {path} is {what} ({source}); writing the run file there would overwrite "
+                                 f"it: choose another --out file. Nothing was written.")
+    if len(written) == 2 and _same_file(written["--out"], written["--qrels"]):
+        raise ScoreError(f"--out and --qrels are the same file ({args.out}); choose two files. Nothing was written.")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
 
 
 def _check_writable(path: str) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ltrjax.record import writing
+
 
 def subplots(*args, figsize, **kwargs):
     """(figure, axes) like ``pyplot.subplots``, without pyplot's global state."""
@@ -97,15 +99,12 @@ def _save(fig, path) -> None:
     import os
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lstrip(".") or "png"
     tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with writing(path, tmp):  # a failed write: WriteError naming the figure, no temporary file left
+        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, dpi=120, format=fmt)
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _mean_std(values) -> tuple[np.ndarray, np.ndarray]:
