@@ -364,7 +364,7 @@ def _prs_gt(cid: str, other: str, tab: dict, setting: str, sparse: dict | None =
     if cid == "prs_gt_ips" and c["verdict"] != "holds" and sparse is not None:
         t = TS.paired_t(sparse["prs"], sparse["ips"])
         if TS.passes(t):
-            c["cause"] = ("tested: in expectation PRS is IPS with each pair down-weighted by min(theta_i, theta_j) "
+            c["cause"] = (("" if c["verdict"] == "does not hold" else c["cause"] + "; ") + "tested: in expectation PRS is IPS with each pair down-weighted by min(theta_i, theta_j) "
                           "(the PBM identity, tests/test_offline_unbiased.py), so its edge is one of variance; at "
                           f"{lo:g} clicks per query PRS - IPS = {t['mean_diff']:+.4f} (p = {t['p_value']:.3g})")
     return c
@@ -399,9 +399,13 @@ def eta_robustness(sw: dict, setting: str) -> dict:
         tests["above naive"] = TS.paired_t(sw[hi]["prs"], sw[hi]["naive"])
     ours = {"prs loss": _mean(loss("prs")), "ips loss": _mean(loss("ips")),
             **{f"{e} at eta {hi:g}": _mean(sw[hi][e]) for e in ("prs", "ips", "naive") if e in sw[hi]}}
-    return claim("prs_ips_gap_vs_eta", f"{setting}; told eta {hi:g} (true 1): PRS loses less than IPS from eta = 1"
-                 + (" and stays above naive" if "above naive" in tests else ""), TS.all_of(tests), ours,
-                 components={k: {f: t[f] for f in ("mean_diff", "p_value")} for k, t in tests.items()})
+    c = claim("prs_ips_gap_vs_eta", f"{setting}; told eta {hi:g} (true 1): PRS loses less than IPS from eta = 1"
+              + (" and stays above naive" if "above naive" in tests else ""), TS.all_of(tests), ours,
+              components={k: {f: t[f] for f in ("mean_diff", "p_value")} for k, t in tests.items()})
+    failed = [f"{k}: {t['mean_diff']:+.4f}" for k, t in tests.items() if t["effect"] <= 0]
+    if c["verdict"] == "does not hold" and failed:
+        c["cause"] = "measured (PRS minus the reference, paired over trials): " + "; ".join(failed)
+    return c
 
 
 def _table1_claim(t1: dict | None, px, qs) -> dict:
@@ -412,6 +416,8 @@ def _table1_claim(t1: dict | None, px, qs) -> dict:
     if "untestable" in t1:
         return untestable(cid, t1["untestable"])
     tab = t1["table"]
+    if "pair_debias_lambda" not in tab:
+        return untestable(cid, "the tree pair ran without pair_debias_lambda (Unbiased LambdaMART)")
     return claim(cid, f"{getattr(qs, 'name', '?')}, {px.table1_ranker} trees, whole lists; PRS-LambdaMART told theta "
                  f"estimated by result randomization, Unbiased LambdaMART (pair_debias_lambda) learning t+/t- from "
                  f"the clicks", TS.paired_t(tab["prs_lambda"], tab["pair_debias_lambda"]),
@@ -432,5 +438,5 @@ def vector_eh_claim(chk: dict | None, fx: FidelityConfig) -> dict:
         return untestable("vec_eh_beats_scalar", "the vector-EH checks returned no comparison")
     tests = {r: TS.paired_t(res["vectorization"], res[r]) for r in F.SCALAR if r in res}
     return claim("vec_eh_beats_scalar", f"{fx.vector_eh.bed} bed, basis_queryset({fx.vector_eh.n_queries} queries), "
-                 f"vector EH d = {d}", TS.all_of(tests), {r: t["mean_diff"] for r, t in tests.items()},
+                 f"vector EH d = {d}", TS.all_of(tests), {f"vectorization - {r}": t["mean_diff"] for r, t in tests.items()},
                  per_comparator={r: t["p_value"] for r, t in tests.items()})
