@@ -40,8 +40,9 @@ def _doc_columns(rng, n, feats, embedding):
     return cols, {name: pa.array(feats[:, j].astype(np.float32)) for j, name in enumerate(FEATURES)}
 
 
-def click_part(rng, pages, qno0, n_queries, docs_per_query, shown, truth, click_type):
-    """One part: ``pages`` result pages of random training queries; ``truth`` collects the true documents."""
+def click_part(rng, pages, qno0, n_queries, docs_per_query, shown, truth, click_type, query0=0):
+    """One part: ``pages`` result pages of random training queries (named ``query0 + q``: other parts can have
+    other queries); ``truth`` collects the pages."""
     rows = []
     for p in range(pages):
         q = int(rng.integers(n_queries))
@@ -54,9 +55,9 @@ def click_part(rng, pages, qno0, n_queries, docs_per_query, shown, truth, click_
     n = qno.size
     feats, emb = truth["features"][q, u], truth["embedding"][q, u]
     cols = {"query_no": pa.array(qno.astype(np.int64)),
-            **_text_columns(rng, n, [_md5("q", x) for x in q], [f"qid{x}" for x in q])}
+            **_text_columns(rng, n, [_md5("q", x + query0) for x in q], [f"qid{x + query0}" for x in q])}
     doc, ltr = _doc_columns(rng, n, feats, emb)
-    cols.update({"url_md5": pa.array([_md5(f"u{x}-", y) for x, y in zip(q, u)], pa.string()), **doc,
+    cols.update({"url_md5": pa.array([_md5(f"u{x + query0}-", y) for x, y in zip(q, u)], pa.string()), **doc,
                  "click": pa.array(c) if click_type == "bool" else pa.array(c.astype(click_type)),
                  "position": pa.array(pos.astype(np.int32)),
                  "media_type": pa.array(rng.integers(0, 5, n).astype(np.int32)),

@@ -125,3 +125,16 @@ def test_cli_writes_results_per_frequency_bucket(generated, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["measures"]["mrr@10"]["ir_measures"] == "RR@10"
     assert (out / "per_query.parquet").exists()
+
+
+def test_reading_memory_benchmark_smoke(capsys):
+    """benchmarks/read_memory.py --smoke: generated parts read in a child process; its peak resident memory above
+    the imports is reported beside the stated budget (256 MiB + 400 B a document) and stays under it."""
+    from tests.scripts import last_json, run_main
+
+    returned, stdout = run_main("benchmarks/read_memory.py", ["--smoke", "--json"], capsys)
+    out = last_json(stdout)
+    assert out == returned
+    assert out["files_bytes"] >= 20e6 and out["click_rows"] == 10 * out["sessions"] > 0
+    assert out["budget"] == 256 * 2**20 + 400 * out["documents"]
+    assert 0 < out["peak_rss_above_imports"] <= out["budget"] and out["under_budget"]

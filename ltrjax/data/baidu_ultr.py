@@ -9,8 +9,8 @@ documents are keyed by (``query_md5``, ``url_md5``), each with one feature row (
 file (``parts/validation.feather``) has one row per judged document with ``label`` 0-4 and ``frequency_bucket`` 0-9;
 each ``query_no`` is a query, split into vali and test by a seeded draw within each frequency bucket (Hager et al.).
 
-Memory: the click parts are memory-mapped and read ``batch_rows`` rows at a time (only the columns used), the
-sessions written as they complete; what stays in memory is one feature row per distinct document and the key
+Memory: the click parts are read one stored record batch at a time (only the columns used) and processed
+``batch_rows`` rows at a time, the sessions written as they complete; what stays in memory is one feature row per distinct document and the key
 tables (about 130 bytes per document with the 12 features). A missing file is a ``DatasetNotFoundError``, a
 missing or malformed column a ``DataCheckError`` naming the file and the column (exit status 2).
 """
@@ -109,11 +109,12 @@ def _kind_ok(column: str, t: pa.DataType) -> bool:
 
 
 def record_batches(path: pathlib.Path, columns: tuple[str, ...], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """``columns`` of a Feather v2 (Arrow IPC) file, memory-mapped, ``batch_rows`` rows at a time; a file that is
+    """``columns`` of a Feather v2 (Arrow IPC) file, one stored record batch read at a time (only ``columns``) and
+    handed on ``batch_rows`` rows at a time; a file that is
     not one, or lacks a column or has it of another type, is a ``DataCheckError`` naming the file and column."""
     try:
-        source = pa.memory_map(str(path))
-        schema = pa.ipc.open_file(source).schema
+        with pa.OSFile(str(path)) as f:
+            schema = pa.ipc.open_file(f).schema
     except (pa.ArrowException, OSError) as err:
         raise DataCheckError(str(path), f"not an Arrow Feather v2 (IPC) file ({type(err).__name__}: {err})",
                              "write the parts with pyarrow.feather.write_feather (version 2)") from None
@@ -125,11 +126,12 @@ def record_batches(path: pathlib.Path, columns: tuple[str, ...], batch_rows: int
         if not _kind_ok(column, t):
             raise DataCheckError(str(path), f"column {column!r} has type {t}, which is not what it holds")
     options = pa.ipc.IpcReadOptions(included_fields=[schema.get_field_index(c) for c in columns])
-    reader = pa.ipc.open_file(source, options=options)
-    for i in range(reader.num_record_batches):
-        batch = reader.get_batch(i)
-        for start in range(0, batch.num_rows, batch_rows):  # (a batch of no rows yields nothing)
-            yield batch.slice(start, batch_rows)
+    with pa.OSFile(str(path)) as f:  # read, not memory-mapped: a batch's buffers are freed once it is used
+        reader = pa.ipc.open_file(f, options=options)
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            for start in range(0, batch.num_rows, batch_rows):  # (a batch of no rows yields nothing)
+                yield batch.slice(start, batch_rows)
 
 
 def _ints(path, batch: pa.RecordBatch, column: str, lo: int | None = None, hi: int | None = None) -> np.ndarray:
