@@ -6,17 +6,17 @@ A population of P members is P distinct trial keys (seeds), so every member has 
 click draws. Rates are total sessions of all members per second.
 
 Host work inside ``simulate_frozen``. Besides the compiled segment program it does, on the host:
-  * setup, once per call: each trial's session draws (``Simulator.session_plan``), initial states
-    (``Simulator.host_init_states``) and each member's policy parameters (``Policy.init``);
-  * planning, once per call: every segment's lane schedule (``Simulator.plan``);
-  * per segment: the click uniforms (NumPy PCG64), stacking the scan inputs per member (``Simulator._prepare``),
-    and putting the outputs back in session order (``Simulator._collect``). The next segment is prepared while
+  * setup, once per call: each trial's session draws (``protocol.session_plan``), initial states
+    (``protocol.host_init_states``) and each member's policy parameters (``Policy.init``);
+  * planning, once per call: every segment's lane schedule (``plan.plan``);
+  * per segment: the click uniforms (NumPy PCG64), stacking the scan inputs per member (``segment.prepare``),
+    and putting the outputs back in session order (``segment.collect``). The next segment is prepared while
     the device runs the current one (asynchronous dispatch), so on two or more cores part of it is hidden.
 Setup and planning do not depend on the simulation state and the reference loop gets its draws and initial
 state prepared outside its timing too, so they are timed separately (the wrapped methods below, in the same
 call) and excluded from ``sessions_per_sec``: it counts the segment program and the per-segment host work.
 ``wall_sessions_per_sec`` includes everything; ``program_sessions_per_sec`` counts only the compiled segment
-program (``simulator.compiled(policy)["segment"]``, timed in one extra run that waits for it after every call,
+program (``programs.compiled(policy)["segment"]``, timed in one extra run that waits for it after every call,
 which serializes the overlap); ``segment_host_seconds`` is the simulation's time beyond the program's, i.e. the
 host work that was not hidden (two different runs: on a loaded machine it can come out negative, as can
 ``host_fraction_of_wall``; ``program_run_simulation_seconds`` is the blocking run's own simulation time, which
@@ -84,8 +84,7 @@ def segment_sessions(cfg, data) -> tuple[int, int]:
 
 def measure(cfg, data, policy, population: int, segments: int, repeats: int, seed: int) -> dict:
     """Rates of ``population`` members (distinct trial keys) over the first ``segments`` protocol segments."""
-    from ltrjax.online import host_random
-    from ltrjax.online import simulator as sim_lib
+    from ltrjax.online import host_random, plan, programs, protocol
     from ltrjax.runner import build_simulator
 
     n_main, per_segment = segment_sessions(cfg, data)
@@ -95,9 +94,10 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     # a fresh simulator per population: its padded step count is this population's own (it is sticky)
     sim = build_simulator(cfg, data, n_updates=segments, refreshes=None)
     keys = [host_random.fold_in(host_random.prng_key(seed), t) for t in range(population)]  # no eager programs
-    programs = sim_lib.compiled(policy)
-    targets = {"session_plan": (sim, "session_plan"), "init_states": (sim, "host_init_states"),
-               "policy_init": (policy, "init"), "plan": (sim, "plan"), "program": (programs, "segment")}
+    compiled = programs.compiled(policy)
+    # the phase functions that do the work (module attributes: every caller reaches them through their module)
+    targets = {"session_plan": (protocol, "session_plan"), "init_states": (protocol, "host_init_states"),
+               "policy_init": (policy, "init"), "plan": (plan, "plan"), "program": (compiled, "segment")}
 
     def run(block_program: bool = False):
         block = ("init_states", "policy_init") + (("program",) if block_program else ())
@@ -124,11 +124,11 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     best = min(runs, key=lambda r: r["simulation"])
     total = population * best["per_member"]
     watch = best["watch"]
-    # the plans' padded scan length of every segment and lanes per bucket (private); width classes keep them
+    # the plans' padded scan length of every segment and lanes per bucket (``PlanMemory``); width classes keep them
     # under "classes", a step count per bucket (each bucket runs its own loop), the other modes under "main"
     phase = "classes" if sim.config.segment_widths == "classes" else "main"
-    steps = getattr(sim, "_steps", {}).get(phase)
-    lanes = getattr(sim, "_lanes", {}).get(phase, sim.n_lanes)
+    steps = sim.memo.steps.get(phase)
+    lanes = sim.memo.lanes.get(phase, sim.n_lanes)
     if isinstance(steps, tuple):
         slots = sum(s * n for s, n in zip(steps, lanes))
         steps = list(steps)

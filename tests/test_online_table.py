@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ltrjax import runner
+from ltrjax.online import trial as trial_lib
 from ltrjax.online.simulator import Simulator
 from ltrjax.report.online_report import safe_name
 from ltrjax.runner import result_name
@@ -137,15 +138,15 @@ def test_a_row_interrupted_in_its_second_chunk_keeps_the_trial_of_its_first(tabl
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
 
     chunks, populations = [], []
-    run_members, run_population = Simulator._run_members, Simulator.run_population
+    run_members, run_population = trial_lib.run_members, Simulator.run_population
 
-    def interrupted_in_the_second_chunk(self, *args, **kwargs):
+    def interrupted_in_the_second_chunk(*args, **kwargs):
         chunks.append(1)
         if len(chunks) == 2:
             raise KeyboardInterrupt
-        return run_members(self, *args, **kwargs)
+        return run_members(*args, **kwargs)
 
-    monkeypatch.setattr(Simulator, "_run_members", interrupted_in_the_second_chunk)
+    monkeypatch.setattr(trial_lib, "run_members", interrupted_in_the_second_chunk)
     with pytest.raises(KeyboardInterrupt):
         runner.run_online(cfg, tmp_path / "cut", queryset)
     kept = json.loads((tmp_path / "cut" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
@@ -153,7 +154,7 @@ def test_a_row_interrupted_in_its_second_chunk_keeps_the_trial_of_its_first(tabl
     assert (tmp_path / "cut" / "arrays" / safe_name("ebrank") / "trial0.npz").exists()
     assert kept[0]["cum_ndcg"] == whole[0]["cum_ndcg"] and kept[0]["chosen"] == whole[0]["chosen"]
 
-    monkeypatch.setattr(Simulator, "_run_members", run_members)
+    monkeypatch.setattr(trial_lib, "run_members", run_members)
     monkeypatch.setattr(Simulator, "run_population", lambda self, policy, keys, *a, **k: populations.append(
         len(keys)) or run_population(self, policy, keys, *a, **k))
     runner.run_online(cfg, tmp_path / "cut", queryset)

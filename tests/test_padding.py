@@ -1,5 +1,5 @@
 """Tight padding (issue 22): per-segment widths on a short ladder, lanes fitted to each bucket's sessions per step,
-and the doc-slot occupancy that measures them (``ltrjax.online.schedule``, ``Simulator.plan``)."""
+and the doc-slot occupancy that measures them (``ltrjax.online.schedule``, ``plan.plan``)."""
 
 import dataclasses
 import itertools
@@ -237,13 +237,13 @@ def test_fitted_lanes_raise_occupancy_and_keep_results(sim):
     keys, hypers = list(KEYS), list(EBRANK_HYPERS)
     occupancy = sim.doc_slot_occupancy(policy, keys)
     assert 0 < occupancy <= 1
-    lanes = sim._lanes["main"]
+    lanes = sim.memo.lanes["main"]
     assert all(1 <= f <= n for f, n in zip(lanes, sim.n_lanes)) and lanes != sim.n_lanes
     wide = Simulator(sim.data, sim.click_model, sim.config, warmup_policy=sim.warmup_policy)
-    wide._lanes["main"] = wide.n_lanes  # the configured lanes, as before fitting
-    wide._steps["main"] = 10_000
+    wide.memo.lanes["main"] = wide.n_lanes  # the configured lanes, as before fitting
+    wide.memo.steps["main"] = 10_000
     want = wide.run_population(policy, keys, hypers, progress=False, keep_logs=True)
-    assert wide._lanes["main"] == wide.n_lanes
+    assert wide.memo.lanes["main"] == wide.n_lanes
     assert_same_runs(got, want)
 
 

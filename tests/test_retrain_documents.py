@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ltrjax.online import retrain as retrain_lib
 from ltrjax.online import simulator as sim_lib
 from ltrjax.online.retrain_documents import document_cells
 from ltrjax.online.training_data import member_splits
@@ -42,9 +43,9 @@ def test_documents_filtered_on_the_device_are_the_host_paths(monkeypatch, per_bl
     names = ("clicks", "impressions")
     cells = document_cells(data)
     keys = jax.random.split(jax.random.PRNGKey(3), 5)
-    monkeypatch.setattr(sim_lib, "VIEW_BLOCK_BYTES", per_block * sum(cells.capacity) * 4 * 3)
-    host_views = sim_lib.retrain_views(stacked, names, 5)
-    device_views = sim_lib.retrain_views(stacked, names, 5, cells)
+    monkeypatch.setattr(retrain_lib, "VIEW_BLOCK_BYTES", per_block * sum(cells.capacity) * 4 * 3)
+    host_views = retrain_lib.retrain_views(stacked, names, 5)
+    device_views = retrain_lib.retrain_views(stacked, names, 5, cells)
     assert host_views[0].documents is None and device_views[0].documents is not None
     for limit in (None, 7):
         want = member_splits(data, *host_views, 5, 2.0, keys, limit)

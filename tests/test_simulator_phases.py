@@ -1,4 +1,4 @@
-"""The named phases of ``Simulator._run_members`` (warm-up, retrain after the warm-up, main segments) and their
+"""The named phases of ``trial.run_members`` (warm-up, retrain after the warm-up, main segments) and their
 helpers; that a population run equals its members run alone is tests/test_population.py's."""
 
 import dataclasses
@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltrjax.online import evaluate
+from ltrjax.online import retrain as retrain_lib
 from ltrjax.online.simulator import (WARMUP_RETRAIN, Simulator, fold_member_keys, group_trials, pad_to_devices,
                                      per_member)
 from tests import toy_sims
@@ -99,16 +101,16 @@ def test_a_retrain_gets_the_session_logs_only_when_its_policy_reads_them(monkeyp
 def test_heap_is_trimmed_only_for_large_simulators(monkeypatch):
     """``release_free_heap`` (glibc's ``malloc_trim``, ~6 ms) runs after the warm-up, every retrain and every chunk
     only for a simulator with at least ``HEAP_TRIM_SLOTS`` document slots (MSLR-30K shape), not at toy size."""
-    from ltrjax.online import simulator as sim_lib
+    from ltrjax.online import memory
 
     calls = []
-    monkeypatch.setattr(sim_lib, "release_free_heap", lambda: calls.append(1))
+    monkeypatch.setattr(memory, "release_free_heap", lambda: calls.append(1))
     small = toy_sims.small_sim()
     policy = toy_sims.small_ebrank(small.data)
     assert not small.trims_heap
     small.run(policy, toy_sims.KEYS[0], progress=False)
     assert calls == []
-    monkeypatch.setattr(sim_lib, "HEAP_TRIM_SLOTS", 1)
+    monkeypatch.setattr(memory, "HEAP_TRIM_SLOTS", 1)
     large = Simulator(small.data, small.click_model, small.config, warmup_policy=small.warmup_policy)
     assert large.trims_heap
     result = large.run(policy, toy_sims.KEYS[0], progress=False)
@@ -120,7 +122,6 @@ def test_retrain_views_in_blocks_are_each_members_views(monkeypatch):
     last block starting early so all have one width): with blocks of 2 of 5 members, and with all 5 in one block,
     member i's counters and entered masks are its own state's in dataset order (``counters_in_dataset_order``,
     ``entered_mask``) whatever the order they are read in."""
-    from ltrjax.online import simulator as sim_lib
     from ltrjax.online.policies.base import member
     from ltrjax.online.state import counters_in_dataset_order, entered_mask
 
@@ -137,8 +138,8 @@ def test_retrain_views_in_blocks_are_each_members_views(monkeypatch):
     names = ("clicks", "impressions")
     slots = sum(int(np.prod(s.order.shape[1:])) for s in stacked)
     for per_block in (2, 5):
-        monkeypatch.setattr(sim_lib, "VIEW_BLOCK_BYTES", per_block * slots * (4 * len(names) + 1))
-        counters, entered = sim_lib.retrain_views(stacked, names, 5)
+        monkeypatch.setattr(retrain_lib, "VIEW_BLOCK_BYTES", per_block * slots * (4 * len(names) + 1))
+        counters, entered = retrain_lib.retrain_views(stacked, names, 5)
         for i in (4, 0, 3, 1, 2):
             for b, state in enumerate(members[i]):
                 want = counters_in_dataset_order(state, names)
@@ -158,17 +159,17 @@ def test_an_evaluation_point_scores_the_parameters_before_its_retrain(monkeypatc
     sim = toy_sims.small_sim()
     policy = toy_sims.small_ebrank(sim.data)
     expected, retrained = [], []
-    original = Simulator._retrain
+    original = retrain_lib.retrain
 
-    def retrain(self, policy, keys, params, hyper, states, logs, views=None):
-        per_query = self._evaluate(policy, params, states, test_only=self.config.history_splits == "test")
-        expected.append(self.split_means({k: v[0] for k, v in per_query.items()}))
-        new, infos = original(self, policy, keys, params, hyper, states, logs, views)
+    def retrain(ctx, policy, keys, params, hyper, states, logs, views=None):
+        per_query = evaluate.evaluate(ctx, policy, params, states, test_only=ctx.config.history_splits == "test")
+        expected.append(evaluate.split_means(ctx.data, {k: v[0] for k, v in per_query.items()}))
+        new, infos = original(ctx, policy, keys, params, hyper, states, logs, views)
         retrained.append(any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
                              zip(jax.tree_util.tree_leaves(new["prior"]), jax.tree_util.tree_leaves(params["prior"]))))
         return new, infos
 
-    monkeypatch.setattr(Simulator, "_retrain", retrain)
+    monkeypatch.setattr(retrain_lib, "retrain", retrain)
     result = sim.run(policy, toy_sims.KEYS[0], progress=False)
     points = [i for i in range(sim.config.n_segments) if sim.config.retrains_after(i)]
     assert len(expected) == len(points) == 2 and all(retrained)

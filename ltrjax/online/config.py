@@ -1,0 +1,113 @@
+"""The simulator's typed settings: ``SimConfig`` (the ``sim`` config block) and the values its keys may take."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import jax
+
+from ltrjax import clicks as click_lib
+from ltrjax.constraints import (ConfigError, Each, Length, NonNegativeInt, OneOf, Positive, PositiveInt, Probability,
+                                Range, check_fields, strict_fields)
+
+SPLITS = ("train", "vali", "test")
+
+
+RELEVANCE_MAPPINGS = click_lib.RELEVANCE_MAPPINGS  # one list, next to the mappings (ltrjax.clicks)
+DISCOUNTS = ("auto", "log2", "examination")
+CLICK_RNGS = ("auto", "host", "device")
+HISTORY_SPLITS = ("test", "all")
+SEGMENT_WIDTHS = ("phase", "ladder", "classes")
+SESSION_COUNTS = ("ebrank", "ucbrank")
+RETRAIN_EXAMPLES = ("auto", "host", "device")
+CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
+# the sim keys that change only what is reported (history_splits) or how fast (segment_widths, retrain_examples):
+# ltrjax.record.REPORTING_KEYS, PERFORMANCE_KEYS
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+    """Protocol constants (defaults: EBRank §5.1, seed-code.md §1.3); also the schema of the ``sim`` config
+    block (``ltrjax.schema``): annotations give the types and allowed values, ``__post_init__`` checks them."""
+
+    top_k: PositiveInt = 5
+    initial_docs: Annotated[tuple[int, int], Length(2), Each(Range(1))] = (5, 9)
+    entry_prob: Probability = 1.0
+    sessions: PositiveInt | None = None  # None: counted by ``session_count`` (``default_session_count``)
+    # how sessions=None counts the main phase's sessions: "ebrank" = #queries x (mean docs - 5) / entry_prob (EBRank
+    # Eq. 28), "ucbrank" = #queries x mean docs / entry_prob (UCBRank §6.1.2: 134k, 30k, 2.4M, 7.6M sessions)
+    session_count: Annotated[str, OneOf(SESSION_COUNTS)] = "ebrank"
+    warmup_sessions_per_query: NonNegativeInt = 20
+    n_updates: PositiveInt = 20
+    refreshes: PositiveInt | None = None  # segments = behaviour-feature refreshes; None: n_updates (UCBRank: 100)
+    train_after_warmup: bool = False
+    gamma: Annotated[float, Range(0, 1, lo_open=True)] = 0.995
+    relevance: Annotated[str, OneOf(RELEVANCE_MAPPINGS)] = "ebrank"
+    relevance_eps_min: Probability = 0.1
+    # NDCG discount: "auto" = the examination curve theta_k of a position-based click model under
+    # the EBRank mapping (EBRank's gain/discount convention), else 1/log2(k+1); or "log2"/"examination".
+    discount: Annotated[str, OneOf(DISCOUNTS)] = "auto"
+    lanes_per_query: Positive = 0.1  # lanes = clip(queries * this, min_lanes, max_lanes)
+    min_lanes: PositiveInt = 32
+    max_lanes: PositiveInt = 1024
+    # click uniforms: "host" = NumPy PCG64 per segment (reference-exact), "device" = jax.random inside the compiled
+    # step (no host work or transfer per segment; for GPUs), "auto" = "device" on a GPU, else "host" (``resolved``)
+    click_rng: Annotated[str, OneOf(CLICK_RNGS)] = "auto"
+    # queries evaluated (Warm/Cold NDCG) at the intermediate evaluation points: "test" (what the reports show
+    # over time; ~1/5 of the evaluation work) or "all" splits; the final point always evaluates every query
+    history_splits: Annotated[str, OneOf(HISTORY_SPLITS)] = "test"
+    # entry slots a narrowing policy scans: "phase" = one width per bucket for the whole phase (multiple of 32; one
+    # segment program), "ladder" = per segment on a geometric ladder (fewer padded slots, but one program per
+    # width set: 7-9 compiles at the synthetic MQ2007/MSLR shapes), "classes" = per segment and query, the
+    # smallest of a few class widths that holds its documents (one program per phase). Same results either way.
+    segment_widths: Annotated[str, OneOf(SEGMENT_WIDTHS)] = "phase"
+    # segment_widths=classes: at most this many class widths per bucket, the ladder rungs that scan the fewest slots
+    # for the phase's sessions (``choose_class_widths``; each class is one more copy of the session step to
+    # compile); null: every rung from K to the phase's width
+    width_classes: PositiveInt | None = 3
+    # where a retrain filters its eligible documents out of the counters: "host" = every counter brought to the host
+    # and filtered by NumPy (faster on a 2-core CPU), "device" = filtered and compacted on the device, only the
+    # eligible documents brought back (``retrain_documents``); "auto" = "device" on a GPU, else "host". Same examples
+    retrain_examples: Annotated[str, OneOf(RETRAIN_EXAMPLES)] = "auto"
+
+    def __post_init__(self):
+        object.__setattr__(self, "initial_docs", tuple(self.initial_docs))
+        check_fields(self)
+        lo, hi = self.initial_docs
+        if lo > hi:
+            raise ConfigError("initial_docs", list(self.initial_docs), "expected [min, max] with min <= max")
+        if self.entry_prob == 0 and self.sessions is None:
+            raise ConfigError("entry_prob", self.entry_prob, "expected a number in (0, 1] when sessions is null "
+                              "(the default session count divides by it)")
+        if self.max_lanes < self.min_lanes:
+            raise ConfigError("max_lanes", self.max_lanes, f"expected at least min_lanes ({self.min_lanes})")
+        if self.n_segments % self.n_updates:
+            raise ConfigError("refreshes", self.refreshes, f"expected a multiple of n_updates ({self.n_updates}): "
+                              "models retrain at every refreshes/n_updates-th refresh")
+
+    @classmethod
+    def from_mapping(cls, cfg) -> "SimConfig":
+        """A SimConfig from a mapping (the ``sim`` block); a key it does not have is refused (``ConfigError``)."""
+        return cls(**strict_fields(cls, cfg, "sim"))  # __post_init__ makes initial_docs a tuple
+
+    def resolved(self, backend: str | None = None) -> "SimConfig":
+        """This config with ``click_rng="auto"`` and ``retrain_examples="auto"`` made concrete for ``backend``
+        (default JAX's): ``"device"`` on a GPU, ``"host"`` elsewhere. The runner resolves before it records the
+        settings, so a results folder names the draws it used, and a rerun on another backend is refused rather
+        than mixing them (``retrain_examples`` changes no result: resume ignores it)."""
+        gpu = (backend or jax.default_backend()) == "gpu"
+        auto = {k: "device" if gpu else "host" for k in ("click_rng", "retrain_examples") if getattr(self, k) == "auto"}
+        return dataclasses.replace(self, **auto) if auto else self
+
+    @property
+    def n_segments(self) -> int:
+        return int(self.refreshes or self.n_updates)
+
+    def retrains_after(self, segment: int) -> bool:
+        """Whether the policy retrains after ``segment`` (never after the last one): with one segment per update,
+        after every segment; with ``per`` = segments / updates > 1, after the middle segment of every ``per``
+        (segments per//2, per//2 + per, ...), the UCBRank code's ``update_points = points[n_d//2::n_d]``
+        (seed-code.md §2.1): 100 refreshes and 20 updates retrain after segments 2, 7, ..., 97, 20 times."""
+        per = max(self.n_segments // self.n_updates, 1)
+        return segment % per == per // 2 and segment < self.n_segments - 1

@@ -1,0 +1,302 @@
+"""The trial: the phases composed (``run_members``: one population through the protocol) over named state.
+
+A population's trial: its members' keys grouped into trials and its session draws (``protocol``), the BM25
+warm-up segments (``warm_up``), an optional retrain after it, then the main phase (``MainPhase``) segment by
+segment (``segment.run_segments``) with the policy's refresh before each (``refresh``) and, after each
+(``after_segment``), the sessions' NDCG and logs recorded, every member evaluated (``evaluate``) and, at the
+protocol's points, retrained (``retrain``); then one ``TrialResult`` per member (``trial_results``).
+``run_population`` runs a population chunk by chunk (``memory.chunk_size``); ``simulate_frozen`` only the main
+phase's sessions. Every phase is called through its module (``plan.plan``, ``segment.prepare``, ...), so a
+benchmark's Stopwatch that wraps one times it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from ltrjax import metrics
+from ltrjax.online import evaluate, memory, plan, programs, protocol, retrain, segment
+from ltrjax.online.config import SPLITS
+from ltrjax.online.plan import PlanMemory
+from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
+from ltrjax.online.protocol import TrialKeys
+from ltrjax.online.results import TrialResult, perfect_documents
+from ltrjax.online.state import STAT_NAMES, BucketState, kept_counters
+
+if TYPE_CHECKING:
+    from ltrjax.online.context import SimContext
+
+log = logging.getLogger("ltrjax")
+
+
+@dataclasses.dataclass
+class MainPhase:
+    """The main phase of one population run (``run_members``): what it runs and what it accumulates,
+    segment by segment (``after_segment``). M members (leading axis), T distinct trials.
+
+    Attributes:
+      policy: the policy of every member.
+      hyper: its stacked typed hyper-parameters, [M, ...] leaves.
+      trials: the T distinct trials' keys.
+      trial_of: i64 [M], each member's trial.
+      n_real: members that are not device padding (the first ``n_real``).
+      segments, plans: per segment and trial, its sessions (``SessionDraws``) and their schedule.
+      starts, points: per segment, its first and last main session (the evaluation point).
+      widths: per segment and bucket, the entry slots it scans (``plan.segment_widths``).
+      session_ndcg: f32 [M, main sessions], NDCG@K of every session's shown list, filled segment by segment.
+      history: per member, the split means of each evaluation so far.
+      train_info: per member, one dict per retrain.
+      logs: per member, every segment's ``SessionLog`` (None unless the logs are kept).
+      pending: per member, the ``SessionLog`` of each segment since the last retrain (the next retrain's data).
+      collect_logs: whether the sessions' shown lists, clicks and records come to the host (the logs are kept, or
+        the policy retrains from them: ``Policy.reads_logs``); without them a retrain gets None logs.
+      timings: seconds spent simulating, training and evaluating (shared with the warm-up).
+      bar: the progress bar (main sessions x real members).
+      per_query: the last evaluation's per-query NDCG, {"warm"/"cold": [M, Q]}.
+    """
+
+    policy: Policy
+    hyper: Any
+    trials: list
+    trial_of: np.ndarray
+    n_real: int
+    segments: list
+    plans: list
+    starts: np.ndarray
+    points: np.ndarray
+    widths: list
+    session_ndcg: np.ndarray
+    history: list
+    train_info: list
+    logs: list | None
+    pending: list
+    collect_logs: bool
+    timings: dict
+    bar: Any
+    per_query: dict | None = None
+
+
+def init_members(ctx: SimContext, policy: Policy, trials: list[TrialKeys], trial_of: np.ndarray, hypers: list):
+    """(parameters, typed hyper-parameters) of every member, stacked ([M, ...] leaves) and sharded: each member's
+    policy initialised from its trial's policy key."""
+    params = memory.shard(stack_members([policy.init(trials[t].policy, ctx.data) for t in trial_of]))
+    return params, memory.shard(stack_members(hypers))
+
+
+def run_members(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: list, hypers: list, progress: bool,
+                keep_logs: bool, keep_states: bool = True, make_producer: Callable | None = None
+                ) -> list[TrialResult]:
+    """One population through the protocol: the warm-up, an optional retrain after it, the main phase
+    segment by segment (``refresh`` before each, ``after_segment`` after it), then one ``TrialResult`` per
+    real member (the members padded to a multiple of the device count are dropped). ``make_producer`` makes the
+    main phase's segment inputs (``segment.host_producer``'s arguments; None: that one)."""
+    n_real = len(keys)
+    keys, hypers = memory.pad_to_devices(keys, hypers, jax.device_count())
+    trial_of, trials = protocol.group_trials(keys)
+    timings = {"simulate": 0.0, "train": 0.0, "evaluate": 0.0}
+    draws = [protocol.session_plan(ctx, t.plan) for t in trials]
+    params, hyper = init_members(ctx, policy, trials, trial_of, hypers)
+    states = warm_up(ctx, memo, trials, trial_of, draws, timings, kept_counters(policy.counters_read))
+    train_info: list[list[dict]] = [[] for _ in range(len(keys))]
+    if ctx.config.train_after_warmup and policy.trains:
+        warm_keys = protocol.fold_member_keys(trials, trial_of, "train", protocol.WARMUP_RETRAIN)
+        params, infos = retrain.retrain(ctx, policy, warm_keys, params, hyper, states, [None] * len(keys))
+        for acc, info in zip(train_info, infos):
+            acc.append(info)
+    run = main_phase(ctx, memo, policy, hyper, trials, trial_of, draws, train_info, timings, keep_logs, progress,
+                     n_real)
+    produce = (make_producer or segment.host_producer)(ctx, run.segments, run.plans, [t.run for t in trials],
+                                                       trial_of, run.widths)
+    params, states = segment.run_segments(ctx, policy, params, hyper, states, len(run.segments), produce,
+                                          before=functools.partial(refresh, run),
+                                          after=functools.partial(after_segment, ctx, run), timings=timings,
+                                          logs=run.collect_logs)
+    run.bar.close()
+    return trial_results(ctx, run, draws, params, states, n_real, keep_states)
+
+
+def warm_up(ctx: SimContext, memo: PlanMemory, trials: list[TrialKeys], trial_of: np.ndarray, draws: list,
+            timings: dict, names: tuple[str, ...] = STAT_NAMES) -> list:
+    """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member; the states
+    keep the counters ``names`` (the main policy's), which the warm-up counts too."""
+    initial = [stack_members(s) for s in zip(*(protocol.host_init_states(ctx, t.init, names) for t in trials))]
+    tic = time.perf_counter()
+    warm_policy = ctx.warmup_policy
+    if warm_policy is not None and len(draws[0][0]):
+        every = np.arange(len(trials))
+        warm_params = stack_members([warm_policy.init(t.policy, ctx.data) for t in trials])
+        warm_hyper = stack_members([warm_policy.default_hyper()] * len(trials))
+        warmups = [d[0] for d in draws]
+        produce = segment.host_producer(ctx, [warmups], [plan.plan(ctx, memo, warmups, phase="warmup")],
+                                        [t.run for t in trials], every, [plan.reachable_widths(ctx, warmups)])
+        _, initial = segment.run_segments(ctx, warm_policy, warm_params, warm_hyper, initial, 1, produce)
+    # one copy per member, leaf by leaf (nothing to copy when every member is its own trial)
+    if np.array_equal(trial_of, np.arange(len(trials))):
+        states = list(initial)
+    else:
+        states = [memory.per_member([initial.pop(0)], trial_of) for _ in range(len(initial))]
+    memory.release_heap(ctx)
+    timings["simulate"] += time.perf_counter() - tic
+    return states
+
+
+def main_phase(ctx: SimContext, memo: PlanMemory, policy: Policy, hyper, trials: list[TrialKeys],
+               trial_of: np.ndarray, draws: list, train_info: list[list[dict]], timings: dict, keep_logs: bool,
+               progress: bool, n_real: int) -> MainPhase:
+    """The main phase's segments and empty accumulators (``MainPhase``)."""
+    n_members, n_main = len(trial_of), len(draws[0][1])
+    points, starts, segments, plans = plan.main_segments(ctx, memo, [d[1] for d in draws], n_main)
+    bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
+               unit="sess", disable=None if progress else True, leave=False)  # None: off on non-TTY
+    return MainPhase(policy=policy, hyper=hyper, trials=trials, trial_of=trial_of, n_real=n_real,
+                     segments=segments, plans=plans, starts=starts, points=points,
+                     widths=plan.segment_widths(ctx, memo, [d[1] for d in draws], points),
+                     session_ndcg=np.zeros((n_members, n_main), np.float32),
+                     history=[[] for _ in range(n_members)], train_info=train_info,
+                     logs=[[] for _ in range(n_members)] if keep_logs else None,
+                     pending=[[] for _ in range(n_members)],
+                     collect_logs=keep_logs or (policy.trains and policy.reads_logs), timings=timings, bar=bar)
+
+
+def refresh(run: MainPhase, i: int, params):
+    """Before segment ``i``: the policy's per-segment refresh (e.g. a new dropout mask)."""
+    keys = protocol.fold_member_keys(run.trials, run.trial_of, "policy", 1, i)
+    return programs.compiled(run.policy)["refresh"](keys, params)
+
+
+def after_segment(ctx: SimContext, run: MainPhase, i: int, params, states, outputs, prepared):
+    """After segment ``i``: record its sessions' NDCG and logs, evaluate every member, and retrain when the
+    protocol says so; returns the (retrained) parameters."""
+    nd, shown, clicked, record = outputs
+    start, stop = run.starts[i], run.points[i] + 1
+    run.session_ndcg[:, start:stop] = nd
+    # a retrain from the counters (not the logs) has its views launched first, then the evaluation: the host
+    # builds the retrain's examples from the views while the device evaluates (the same programs and results)
+    from_counters = ctx.config.retrains_after(i) and run.policy.trains and not run.policy.reads_logs
+    views = retrain.policy_views(ctx, run.policy, states, len(run.trial_of), launch=True) if from_counters else None
+    evaluation = launch_evaluation_members(ctx, run, i, params, states, prepared)
+    if run.collect_logs:
+        record_logs(run, i, shown, clicked, record)
+    if ctx.config.retrains_after(i):
+        params = retrain.retrain_after(ctx, run, i, params, states, views)
+    evaluated_members(ctx, run, evaluation)
+    run.bar.update(int(stop - start) * run.n_real)
+    return params
+
+
+def record_logs(run: MainPhase, i: int, shown, clicked, record) -> None:
+    """Segment ``i``'s ``SessionLog`` of every member, kept (``run.logs``) and pending for the next retrain."""
+    for m in range(len(run.trial_of)):
+        seg = run.segments[i][run.trial_of[m]]
+        one = SessionLog(query=seg.query, shown=shown[m], clicks=clicked[m], session=seg.session,
+                         record=None if record is None else member(record, m))
+        if run.logs is not None:
+            run.logs[m].append(one)
+        run.pending[m].append(one)
+
+
+def launch_evaluation_members(ctx: SimContext, run: MainPhase, i: int, params, states, prepared) -> tuple:
+    """Every member's per-query NDCG after segment ``i`` (only the test queries before the last segment with
+    ``history_splits=test``), launched; ``evaluated_members`` brings it."""
+    tic = time.perf_counter()
+    last = i == len(run.segments) - 1
+    launched = evaluate.launch_evaluation(ctx, run.policy, params, states, prepared=prepared,
+                                          test_only=not last and ctx.config.history_splits == "test")
+    run.timings["evaluate"] += time.perf_counter() - tic
+    return launched
+
+
+def evaluated_members(ctx: SimContext, run: MainPhase, launched: tuple) -> None:
+    """A ``launch_evaluation_members``' per-query NDCG, and its split means appended to the members' history."""
+    tic = time.perf_counter()
+    run.per_query = evaluate.evaluated(ctx, launched)
+    for m in range(len(run.trial_of)):
+        run.history[m].append(evaluate.split_means(ctx.data, {k: v[m] for k, v in run.per_query.items()}))
+    run.timings["evaluate"] += time.perf_counter() - tic
+
+
+def trial_results(ctx: SimContext, run: MainPhase, draws: list, params, states, n_real: int,
+                  keep_states: bool = True) -> list[TrialResult]:
+    """One ``TrialResult`` per real member (host arrays; ``final_states`` only with ``keep_states``)."""
+    cfg = ctx.config
+    results = []
+    final_states = jax.device_get(states)
+    if ctx.caches.cum_weights.size < run.session_ndcg.shape[1]:  # once per simulator, for every member and split
+        ctx.caches.cum_weights = metrics.cumulative_weights(run.session_ndcg.shape[1], cfg.gamma)
+    weights = ctx.caches.cum_weights
+    for m in range(n_real):
+        main = draws[run.trial_of[m]][1]
+        split = ctx.data.split_of_query[main.query]
+        cum = {name: metrics.cumulative_ndcg(run.session_ndcg[m][split == s], cfg.gamma, weights)
+               for s, name in enumerate(SPLITS)}
+        warm_query = draws[run.trial_of[m]][0].query
+        results.append(TrialResult(
+            session_ndcg=run.session_ndcg[m], session_split=split, session_query=main.query,
+            eval_points=run.points, eval_history=run.history[m], cum_ndcg=cum, train_info=run.train_info[m],
+            timings={**run.timings, "members": n_real},
+            final_states=tuple(member(s, m) for s in final_states) if keep_states else None,
+            perfect_docs=perfect_documents(ctx.data, [member(s, m) for s in final_states]),
+            logs=run.logs[m] if run.logs is not None else None,
+            query_ndcg={k: v[m] for k, v in run.per_query.items()},
+            warmup_query=warm_query if ctx.warmup_policy is not None else warm_query[:0],
+            final_params=member(jax.device_get(params), m), hyper=member(jax.device_get(run.hyper), m)))
+    return results
+
+
+def run_population(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: Sequence[jax.Array],
+                   hypers: Sequence | None = None, *, progress: bool = True, keep_logs: bool = False,
+                   max_members: int | None = None, keep_states: bool = True,
+                   on_chunk: Callable[[list[TrialResult]], None] | None = None) -> list[TrialResult]:
+    """``Simulator.run_population``: every member ``(keys[i], hypers[i])`` of ``policy``, chunk by chunk
+    (``memory.chunk_size``; a short last chunk padded with copies of its last member), ``run_members`` each."""
+    keys = list(keys)
+    hypers = protocol.resolve_hypers(policy, hypers, len(keys))
+    size = memory.chunk_size(ctx, memo, len(keys), max_members, policy)
+    memory.announce(ctx, memo, policy, len(keys), size)
+    results = []
+    tic = time.perf_counter()
+    for start in range(0, len(keys), size):
+        chunk_keys, chunk_hypers = keys[start:start + size], hypers[start:start + size]
+        n_real = len(chunk_keys)
+        if start and n_real < size:  # a short last chunk: pad with copies of its last member, one shape
+            chunk_keys = chunk_keys + [chunk_keys[-1]] * (size - n_real)
+            chunk_hypers = chunk_hypers + [chunk_hypers[-1]] * (size - n_real)
+        results += run_members(ctx, memo, policy, chunk_keys, chunk_hypers, progress, keep_logs, keep_states)[:n_real]
+        if on_chunk is not None:
+            on_chunk(results)
+        memory.release_heap(ctx)
+        if start == 0 and len(keys) > size:
+            spent = time.perf_counter() - tic  # the first chunk includes compiling: a pessimistic ETA
+            left = spent * (len(keys) - size) / size
+            log.info("%s: first chunk of %d members in %.0f s; about %.0f s (%.1f min) left for the other %d "
+                     "members", policy.name, size, spent, left, left / 60, len(keys) - size)
+    return results
+
+
+def simulate_frozen(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: Sequence[jax.Array],
+                    hypers: Sequence | None = None, n_sessions: int | None = None) -> tuple[list[BucketState], int]:
+    """``Simulator.simulate_frozen``: the main-phase sessions of every member with the policy frozen at its initial
+    parameters (no warm-up, retraining or evaluation); (final states, blocked until ready; sessions per member)."""
+    keys = list(keys)
+    hypers = protocol.resolve_hypers(policy, hypers, len(keys))
+    trial_of, trials = protocol.group_trials(keys)
+    mains = [protocol.session_plan(ctx, t.plan)[1] for t in trials]
+    n_main = min(len(mains[0]), n_sessions or len(mains[0]))
+    points, _, segments, plans = plan.main_segments(ctx, memo, mains, n_main)
+    params, hyper = init_members(ctx, policy, trials, trial_of, hypers)
+    names = kept_counters(policy.counters_read)
+    initial = [stack_members(s) for s in zip(*(protocol.host_init_states(ctx, t.init, names) for t in trials))]
+    states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
+    produce = segment.host_producer(ctx, segments, plans, [t.run for t in trials], trial_of,
+                                    plan.segment_widths(ctx, memo, mains, points))
+    _, states = segment.run_segments(ctx, policy, params, hyper, states, len(segments), produce)
+    return states, n_main
