@@ -76,7 +76,7 @@ def main(argv=None) -> dict:
     }, click_model=click_model, sim=sim, trials=trials, seed=0)
     summary = {"queries": queryset.n_queries, "trials": trials,
                "sessions": int(results["ebrank"][0].session_ndcg.size), "policies": ltrjax.summarize_online(results)}
-    print(f"{'policy':<16} {'Cum-NDCG':>9} {'Warm':>7} {'Cold':>7}   ({summary['sessions']} sessions, {trials} trials)")
+    print(f"{'policy':<16} {'Cum-NDCG':>9} {'Warm':>7} {'Cold':>7}   ({summary['sessions']} sessions, {trials} trial{'s' * (trials != 1)})")
     for name, row in summary["policies"].items():
         print(f"{name:<16} {row['cum_ndcg']:9.2f} {row['warm_ndcg']:7.4f} {row['cold_ndcg']:7.4f}")
     if args.json:

@@ -108,7 +108,7 @@ def test_reports_say_what_they_are(finished):
     assert "Cum-NDCG@4" in text and "Warm-NDCG@4" in text and "@5" not in text
     assert "±" not in text and "1 trials" not in text and "1 trial" in text
     head = text.split("| algorithm |")[0]
-    for words in ("**Dataset**: synthetic", "**Click model**: pbm", "**Protocol**: 200 sessions", "top-K 4",
+    for words in ("**Dataset**: synthetic", "**Click model**: `click_model=ebrank_pbm` (pbm, examination log2", "**Protocol**: 200 sessions", "top-K 4",
                   "**Seed** 0", "commit "):
         assert words in head, words
 

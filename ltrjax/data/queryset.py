@@ -63,6 +63,13 @@ class QuerySet:
     def docs_per_query(self) -> np.ndarray:
         return np.diff(self.query_offsets)
 
+    def __repr__(self) -> str:
+        """One line: name, sizes per split, grades and BM25 column, not every array (``print(qs)``)."""
+        per_split = "/".join(str(int(np.sum(self.split == s))) for s in range(len(SPLIT_NAMES)))
+        bm25 = f"BM25 column {self.bm25_column}" if self.bm25_column >= 0 else "no BM25 column"
+        return (f"QuerySet({self.name!r}: {self.n_queries} queries ({'/'.join(SPLIT_NAMES)} {per_split}), "
+                f"{self.n_docs} documents, {self.n_features} features, grades 0-{self.y_max}, {bm25})")
+
     def without_features(self) -> "QuerySet":
         """This query set with its feature matrix released: ``features`` becomes a read-only NaN placeholder of the
         same shape that takes no memory, everything else stays. For a caller that has laid the features out

@@ -61,12 +61,33 @@ def run_summary(header: dict) -> str:
     commit = record.get("commit") or "unknown (not run from a git checkout)"
     return "\n".join([
         f"- **Dataset**: {header.get('dataset')}, {header.get('queries')} queries (train/vali/test {split_text})",
-        f"- **Click model**: {cm.get('kind')}" + (f" ({options})" if options else ""),
+        f"- **Click model**: {click_model_text(cm, options)}",
         f"- **Protocol**: {protocol}",
         f"- **Seed** {header.get('seed')}, **{trials_phrase(int(header.get('trials') or 0))}** (trial t uses key "
         f"(seed, t))",
         f"- **ltrjax** {record.get('version')}, commit {commit}",
     ])
+
+
+def click_model_name(cm: dict) -> str | None:
+    """The shipped ``conf/click_model/NAME.yaml`` the resolved click model ``cm`` is exactly (what the command line
+    calls it: ``ebrank_pbm``, where its kind is ``pbm``), else None."""
+    from omegaconf import OmegaConf
+
+    from ltrjax.structured import conf_dir
+
+    for path in sorted((conf_dir() / "click_model").glob("*.yaml")):
+        shipped = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        if isinstance(shipped, dict) and shipped == {k: cm.get(k) for k in shipped} and set(cm) <= set(shipped):
+            return path.stem
+    return None
+
+
+def click_model_text(cm: dict, options: str) -> str:
+    """"`click_model=ebrank_pbm` (pbm, examination log2, eta 1)", or the kind and options of one no file names."""
+    what = f"{cm.get('kind')}, {options}" if options else str(cm.get("kind"))
+    name = click_model_name(cm)
+    return f"`click_model={name}` ({what})" if name else what
 
 
 def memory_phrase(header: dict) -> str:
