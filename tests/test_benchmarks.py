@@ -165,6 +165,8 @@ def test_sessions_per_sec_smoke(capsys):
             assert d["members"] == int(population)
             assert d["total_sessions"] == d["members"] * d["sessions_per_member"] > 0
             assert d["program_calls"] == d["segments"]  # one compiled segment program call per segment
+            # the Stopwatch reached the phase functions that draw, set up and plan (protocol.*, plan.plan)
+            assert d["setup_seconds"] > 0 and d["planning_seconds"] > 0
             # everything >= simulation (setup and planning excluded) >= the compiled program alone, each within one
             # run: the program's own time comes from another run (blocking after each call), which on a loaded
             # machine can be slower than the best timed run (0.0081 s against 0.0054 s beside other jobs)

@@ -161,6 +161,30 @@ def lane_features(bucket: Bucket | None, order: jax.Array, rows: jax.Array) -> j
     return bucket.doc_features[jnp.where((rows < n_queries)[:, None], doc_rows, zero_row)]
 
 
+def counted(protocol: Protocol, state: BucketState, inputs: SessionInputs, rows: jax.Array, shown: jax.Array,
+            clicked: jax.Array, on: jax.Array, n_new: jax.Array, n_before: jax.Array) -> BucketState:
+    """``session_step``'s state after one session: the shown slots' counters updated (one scatter per counter the
+    state keeps), the new entry counts, issue counts and entry sessions (``n_before``: entry counts before it)."""
+    theta = protocol.examination
+    inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
+    alpha_k, beta_k = (x[: protocol.top_k] for x in click_lib.affine_terms(protocol.click_model))
+    c, w = clicked.astype(jnp.float32), on.astype(jnp.float32)
+    delta = {"clicks": c, "ips_clicks": c * inv_theta, "impressions": w, "exposure": w * theta,
+             "alpha_sum": w * alpha_k, "beta_sum": w * beta_k}
+    # one scatter per counter the state keeps (``Policy.counters_read``); the others are None and not touched
+    delta = DocCounters(**{n: v if getattr(state.counters, n) is not None else None for n, v in delta.items()})
+    entered_now = n_new > n_before
+    slot = jnp.maximum(n_new - 1, 0)
+    state = state.replace(
+        counters=jax.tree_util.tree_map(lambda a, d: a.at[rows[:, None], shown].add(d), state.counters, delta),
+        n_entered=state.n_entered.at[rows].set(n_new),
+        issue_count=state.issue_count.at[rows].add(inputs.valid.astype(jnp.int32)),
+        entry_session=state.entry_session.at[rows, slot].set(
+            jnp.where(entered_now, inputs.session, state.entry_session[rows, slot])),
+    )
+    return state
+
+
 def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, queries: QueryConstants,
                  state: BucketState, inputs: SessionInputs, run_key: jax.Array, features: Bucket | None = None,
                  width: int | None = None) -> tuple[BucketState, SessionOutputs]:
@@ -205,23 +229,7 @@ def session_step(policy: Policy, protocol: Protocol, consts: SegmentConstants, q
     record = jax.vmap(policy.session_record, in_axes=(view_axes, 0, 0, 0, 0, 0))(
         new_view, keys, scores, shown, on, clicked)
 
-    theta = protocol.examination
-    inv_theta = jnp.where(theta > 0, 1.0 / jnp.where(theta > 0, theta, 1.0), 0.0)
-    alpha_k, beta_k = (x[: protocol.top_k] for x in click_lib.affine_terms(protocol.click_model))
-    c, w = clicked.astype(jnp.float32), on.astype(jnp.float32)
-    delta = {"clicks": c, "ips_clicks": c * inv_theta, "impressions": w, "exposure": w * theta,
-             "alpha_sum": w * alpha_k, "beta_sum": w * beta_k}
-    # one scatter per counter the state keeps (``Policy.counters_read``); the others are None and not touched
-    delta = DocCounters(**{n: v if getattr(state.counters, n) is not None else None for n, v in delta.items()})
-    entered_now = n_new > view.n_entered
-    slot = jnp.maximum(n_new - 1, 0)
-    state = state.replace(
-        counters=jax.tree_util.tree_map(lambda a, d: a.at[rows[:, None], shown].add(d), state.counters, delta),
-        n_entered=state.n_entered.at[rows].set(n_new),
-        issue_count=state.issue_count.at[rows].add(inputs.valid.astype(jnp.int32)),
-        entry_session=state.entry_session.at[rows, slot].set(
-            jnp.where(entered_now, inputs.session, state.entry_session[rows, slot])),
-    )
+    state = counted(protocol, state, inputs, rows, shown, clicked, on, n_new, view.n_entered)
     shown_docs = jnp.where(on, shown_slots, -1)
     return state, SessionOutputs(ndcg=ndcg, shown=shown_docs, clicks=clicked, record=record)
 
