@@ -160,3 +160,12 @@ def test_tables_test_at_the_trial_level_as_computed_by_hand():
     assert off["ndcg@10"]["b"]["p_value"] == pytest.approx(sig["worse"]["p_value"])
     md = offline_tables.markdown_table(offline_tables.summarize(trials, ["a", "b"], ["ndcg@10"]), ["ndcg@10"], sig=off)
     assert "▾" in md and "unit: trial" in md
+
+
+def test_results_md_states_each_tables_headroom():
+    from ltrjax.report.fidelity_report import gaps_line
+
+    line = gaps_line({"labeled": [0.80, 0.82], "production": [0.70, 0.72], "naive": [0.75, 0.75]},
+                     {"labeled": 0.758, "naive": 0.718})
+    assert line == ("Labelled skyline minus production 0.1000, minus naive 0.0600 NDCG@10 (paper, labelled minus "
+                    "naive: 0.040).")

@@ -63,6 +63,18 @@ def claim_row(c: dict) -> str:
             f"{c.get('cause') or c.get('reason') or ''} |")
 
 
+def gaps_line(tab: dict, cells: dict) -> str:
+    """The room a bias model has in one table: labelled skyline minus production ranker (the headroom the margins
+    scale with) and minus naive, beside the paper's naive-to-skyline gap."""
+    mean = lambda e: float(np.nanmean(_values(tab[e])))  # noqa: E731
+    if "labeled" not in tab:
+        return "No labelled skyline in this table: no headroom measured."
+    parts = [f"{ref} {mean('labeled') - mean(ref):.4f}" for ref in ("production", "naive") if ref in tab]
+    paper = (f" (paper, labelled minus naive: {cells['labeled'] - cells['naive']:.3f})"
+             if "labeled" in cells and "naive" in cells else "")
+    return "Labelled skyline minus " + ", minus ".join(parts) + f" NDCG@10{paper}."
+
+
 def markdown(results: dict, settings: dict, paper: dict, oracles=()) -> str:
     """results.md of a fidelity run: the header, the claims, every table and sweep with the papers' cells, and each
     fit's schedule. ``settings``: the Vectorization settings (``fidelity_experiment.VEC_SETTINGS``: title, d and
@@ -86,7 +98,7 @@ def markdown(results: dict, settings: dict, paper: dict, oracles=()) -> str:
         for e, v in tab.items():
             p = cells.get(e)
             out.append(f"| {_label(e, oracles)} | {_cell(v)} | {'' if p is None else f'{p:.3f}'} |")
-        out.append("")
+        out += ["", gaps_line(tab, cells), ""]
     sweep = (results.get("vectorization") or {}).get("d_sweep")
     if sweep:
         for name, row in sweep.items():
