@@ -34,6 +34,18 @@ def series_color(i: int, n: int):
     return matplotlib.colormaps["turbo"](i / max(n - 1, 1))
 
 
+LINE_STYLES = ("-", "--", ":")
+
+
+def series_style(i: int, n: int) -> dict:
+    """Colour and line style of series ``i`` of ``n``: the default colour cycle, solid up to 10 series, then each
+    colour again dashed and dotted (up to 30), so 16 rows have 16 strong, distinct lines (tab20's light tints
+    read poorly on white); more than 30 rows, ``series_color`` solid."""
+    if n <= 10 * len(LINE_STYLES):
+        return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[i // 10]}
+    return {"color": series_color(i, n), "linestyle": "-"}
+
+
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
     """Centred moving average over ``window`` points (shorter at the ends), same length as ``values``."""
     if window <= 1 or values.size < 3:
@@ -49,47 +61,75 @@ def legend_outside(fig, ax, **kwargs) -> None:
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
 
 
+def shared_legend(fig, handles, labels) -> None:
+    """One legend for every panel, below them, in as many columns as keep it to about 4 rows: every label visible
+    at 16 rows (EBRank Table 3) without running off the figure."""
+    ncol = len(labels) if len(labels) <= 6 else int(np.ceil(len(labels) / 4))
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
+
+
+def _online_panel(ax, name: str, entry: dict, style: dict, sessions: int) -> object:
+    """The shown lists' NDCG@K on test sessions: mean over trials (thin), ± one std band, smoothed mean (thick)."""
+    curves = [t["test_session_ndcg_curve"] for t in entry["trials"] if t["test_session_ndcg_curve"]]
+    if not curves:
+        return None
+    n = min(len(c) for c in curves)
+    stack = np.asarray([c[:n] for c in curves], np.float64)
+    mean, x = stack.mean(axis=0), np.linspace(0, sessions, n)
+    ax.plot(x, mean, color=style["color"], linewidth=0.5, alpha=0.4)
+    if len(stack) > 1:
+        std = stack.std(axis=0, ddof=1)
+        ax.fill_between(x, mean - std, mean + std, color=style["color"], alpha=0.10, linewidth=0)
+    return ax.plot(x, smooth(mean, max(1, n // 10)), linewidth=1.8, label=name, **style)[0]
+
+
+def _eval_panel(ax, name: str, entry: dict, key: str, style: dict) -> None:
+    """Warm or Cold NDCG@K per evaluation point: mean over trials, ± one std band."""
+    points = np.asarray(entry["trials"][0]["eval_points"]) + 1
+    stack = np.asarray([t[key] for t in entry["trials"]], np.float64)
+    mean = stack.mean(axis=0)
+    ax.plot(points, mean, marker="o", markersize=2.5, linewidth=1.5, label=name, **style)
+    if len(stack) > 1:
+        std = stack.std(axis=0, ddof=1)
+        ax.fill_between(points, mean - std, mean + std, color=style["color"], alpha=0.08, linewidth=0)
+
+
 def plot_ndcg_over_time(results: dict, path: Path) -> None:
-    """Left: NDCG@K (``sim.top_k``) of shown lists on test sessions over time, the mean over trials (thin), a
-    band of ± one std over trials and a smoothed mean (thick); right: Warm/Cold NDCG@K per evaluation, mean over
-    trials with a band. Legends sit outside the data."""
+    """``ndcg_over_time_figure(results)`` saved to ``path``."""
+    _save(ndcg_over_time_figure(results), path)
+
+
+def ndcg_over_time_figure(results: dict):
+    """EBRank Fig. 3 style, three panels side by side, one colour per row and one legend below them all: the shown
+    lists' NDCG@K (``sim.top_k``) on test sessions over time (smoothed mean, ± one std band over trials), then Warm
+    and Cold NDCG@K per evaluation in panels of their own, on one y scale (a Cold curve equal to its Warm one is
+    seen in both, not hidden under it)."""
     top_k = (results.get("sim") or {}).get("top_k", "K")
-    fig, (ax_online, ax_eval) = subplots(1, 2, figsize=(14, 4.8))
+    from matplotlib.figure import Figure
+
+    rows = results["algorithms"]
+    fig = Figure(figsize=(16, 5.2 + 0.22 * int(np.ceil(len(rows) / 4))), layout="constrained")
+    ax_online, ax_warm, ax_cold = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.25, 1, 1]})
+    ax_cold.sharey(ax_warm)
     sessions = results.get("sessions", 1)
-    n_trials = max((len(e["trials"]) for e in results["algorithms"].values()), default=0)
-    for i, (name, entry) in enumerate(results["algorithms"].items()):
-        color = series_color(i, len(results["algorithms"]))
-        curves = [t["test_session_ndcg_curve"] for t in entry["trials"] if t["test_session_ndcg_curve"]]
-        if curves:
-            n = min(len(c) for c in curves)
-            stack = np.asarray([c[:n] for c in curves], np.float64)
-            mean, x = stack.mean(axis=0), np.linspace(0, sessions, n)
-            ax_online.plot(x, mean, color=color, linewidth=0.6, alpha=0.5)
-            if len(stack) > 1:
-                std = stack.std(axis=0, ddof=1)
-                ax_online.fill_between(x, mean - std, mean + std, color=color, alpha=0.12, linewidth=0)
-            ax_online.plot(x, smooth(mean, max(1, n // 10)), color=color, linewidth=2, label=name)
-        points = np.asarray(entry["trials"][0]["eval_points"]) + 1
-        for key, style, label in (("warm_history", "-", f"{name} warm"), ("cold_history", "--", f"{name} cold")):
-            stack = np.asarray([t[key] for t in entry["trials"]], np.float64)
-            mean = stack.mean(axis=0)
-            ax_eval.plot(points, mean, color=color, linestyle=style, label=label)
-            if len(stack) > 1:
-                std = stack.std(axis=0, ddof=1)
-                ax_eval.fill_between(points, mean - std, mean + std, color=color, alpha=0.10, linewidth=0)
-    band = "; band: ± 1 std over trials" if n_trials > 1 else ""
-    ax_online.set(xlabel="session", ylabel=f"NDCG@{top_k} of the shown list (test sessions)",
-                  title=f"Online NDCG@{top_k} over time (thick: smoothed mean{band})")
-    ax_eval.set(xlabel="session", ylabel=f"NDCG@{top_k} (test queries)",
-                title=f"Warm (solid) and Cold (dashed) NDCG@{top_k}")
-    legend_outside(fig, ax_online, fontsize=8)
-    legend_outside(fig, ax_eval, fontsize=7)
-    for ax in (ax_online, ax_eval):
+    n_trials = max((len(e["trials"]) for e in rows.values()), default=0)
+    handles = []
+    for i, (name, entry) in enumerate(rows.items()):
+        style = series_style(i, len(rows))
+        line = _online_panel(ax_online, name, entry, style, sessions)
+        _eval_panel(ax_warm, name, entry, "warm_history", style)
+        _eval_panel(ax_cold, name, entry, "cold_history", style)
+        handles.append(line or ax_warm.lines[-1])
+    ax_online.set(xlabel="session", ylabel=f"NDCG@{top_k}", title=f"Online NDCG@{top_k} of shown lists")
+    ax_warm.set(xlabel="session", ylabel=f"NDCG@{top_k} (test queries)", title=f"Warm NDCG@{top_k} (with clicks)")
+    ax_cold.set(xlabel="session", title=f"Cold NDCG@{top_k} (no clicks)")
+    for ax in (ax_online, ax_warm, ax_cold):
         ax.grid(alpha=0.3)
+    shared_legend(fig, handles, list(rows))
+    band = "; thick: smoothed mean, band: ± 1 std over trials" if n_trials > 1 else "; thick: smoothed mean"
     fig.suptitle(f"{results.get('dataset', '')}: {sessions} sessions, "
-                 + ("1 trial" if n_trials == 1 else f"{n_trials} trials (mean over trials)"))
-    fig.tight_layout()
-    _save(fig, path)
+                 + ("1 trial" if n_trials == 1 else f"{n_trials} trials (mean over trials)") + band)
+    return fig
 
 
 # --- analysis figures (UCBRank Fig. 1 and 2, EBRank Fig. 4 and Table 4) ---------------------------
@@ -138,8 +178,9 @@ def plot_click_rate_by_entry(curves: dict[str, dict], path, title: str = "") -> 
         mean, std = _curve(entry)
         n = mean.size
         x = np.concatenate([[-1.0], np.arange(n - 1, dtype=np.float64)])
-        color = series_color(i, len(curves))
-        ax.plot(x[1:], mean[1:], marker="o", markersize=3, color=color, label=name)
+        style = series_style(i, len(curves))
+        color = style["color"]
+        ax.plot(x[1:], mean[1:], marker="o", markersize=3, label=name, **style)
         x0 = x[:1] + 0.08 * (i - (len(curves) - 1) / 2)  # initial points side by side, not on top of each other
         ax.plot(x0, mean[:1], marker="s", markersize=6, color=color, linestyle="none")
         if np.any(std > 0):
@@ -191,8 +232,9 @@ def plot_sweep(x_values, series: dict[str, dict[str, list]], path, xlabel: str, 
             mean, std = _mean_std(per_metric[metric])
             if mean.size != x.size:
                 raise ValueError(f"plot_sweep: {name}/{metric} has {mean.size} points for {x.size} x values")
-            color = series_color(i, len(series))
-            ax.plot(x, mean, marker="o", markersize=4, color=color, label=name)
+            style = series_style(i, len(series))
+            color = style["color"]
+            ax.plot(x, mean, marker="o", markersize=4, label=name, **style)
             if np.any(std > 0):
                 ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)
         _x_scale(ax, x)
