@@ -192,6 +192,16 @@ def test_offline_fidelity_smoke(tmp_path):
         c = by_id[cid]
         assert c["margin"] == pytest.approx(0.25 * max(c["headroom"], 0.0)) and set(c["controls"]) == {"production",
                                                                                                       "naive"}
+    # a finished run's claims recomputed from its per-trial values under other verdict settings
+    from ltrjax.offline_runner import recompute_claims
+
+    again = {c["id"]: c for c in recompute_claims(tmp_path, {"margin_fraction": 0.5})["claims"]}
+    c = again["vec_ge_affine_trust_bias"]
+    assert c["margin"] == pytest.approx(0.5 * max(c["headroom"], 0.0)) and c["headroom"] == by_id[
+        "vec_ge_affine_trust_bias"]["headroom"]
+    assert "margin 0.5 x headroom" in c["setting"]
+    assert f"| {c['margin']:.4f} ({c['headroom']:.4f}) |" in (tmp_path / "results.md").read_text()
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["margin_fraction"] == 0.5
     assert len(res["vectorization"]["tables"]["trust_bias"]["affine"]) == 2  # one NDCG per trial
     # the PRS part logged whole lists at the configured clicks per logged query
     for info in res["prs"]["logging"]:
