@@ -116,18 +116,12 @@ def finished_trials(out_dir: pathlib.Path, exp: OfflineConfig, qs) -> tuple[list
     return trials, infos
 
 
-def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, t: int, click_log) -> dict:
-    """``run_setting`` of one trial of ``run_offline``: from the click log if given, with its models saved
-    under ``out_dir/models/`` and its logged sessions under ``out_dir/click_logs/`` when asked."""
-    click_data, on_chunk, writer = None, None, None
-    if click_log is not None:
-        from ltrjax.offline.click_data import click_training_data
-
-        click_data = click_training_data(click_log, qs, lambda y: click_relevance(y, exp, trial.y_max),
-                                         chunk=chunk_size(int(click_log.doc_ids.shape[1]), exp.logging_chunk),
-                                         path=str(exp.click_log or qs.info.get("click_log")),
-                                         warn=False)  # run_offline warned once
-    elif exp.save_click_logs:
+def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, t: int, click_data) -> dict:
+    """``run_setting`` of one trial of ``run_offline``: from a click log's ``click_data`` (``stream_training_data``,
+    read once for every trial) if given, with its models saved under ``out_dir/models/`` and its logged sessions
+    under ``out_dir/click_logs/`` when asked."""
+    on_chunk, writer = None, None
+    if click_data is None and exp.save_click_logs:
         from ltrjax.clicklog import ClickLogWriter
         from ltrjax.offline.click_data import logged_sessions
 
@@ -184,14 +178,13 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=exp.seed)
     trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
-    click_log = None
+    click_data = None
     log_path = exp.click_log or qs.info.get("click_log")  # a real-click dataset (baidu_ultr) brings its log
-    if log_path:
-        from ltrjax.clicklog import read_click_log
-        from ltrjax.offline.click_data import training_sessions
+    if log_path:  # read in batches, twice; refused or warned before any work
+        from ltrjax.offline.click_stream import stream_training_data
 
-        click_log = read_click_log(log_path)
-        training_sessions(click_log, qs, str(log_path))  # refused or warned before any work
+        click_data = stream_training_data(log_path, qs, lambda y: click_relevance(y, exp, int(qs.y_max)),
+                                          chunk=lambda k: chunk_size(k, exp.logging_chunk))
     from tqdm import tqdm
 
     # disable=None: the bar is off when stderr is not a terminal
@@ -202,7 +195,7 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
             continue
         print(f"trial {t} (seed {seed})", flush=True)
         trial = prepare_trial(qs, exp, seed)
-        res = _run_trial(trial, exp, qs, out_dir, t, click_log)
+        res = _run_trial(trial, exp, qs, out_dir, t, click_data)
         per_query.write(out_dir, per_query.table(per_query.take(res), qs.qids, t), t)
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})

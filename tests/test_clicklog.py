@@ -3,6 +3,7 @@ the online export, and the errors of malformed files."""
 
 import json
 
+import jax
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -203,3 +204,38 @@ def test_a_log_in_clax_shape_reads_and_trains(tmp_path):
     pq.write_table(both.append_column("doc_ids", both.column("query_doc_ids")), tmp_path / "both.parquet")
     with pytest.raises(ClickLogError, match="expected one of doc_ids and query_doc_ids"):
         read_click_log(tmp_path / "both.parquet")
+
+
+def test_streamed_training_data_equals_the_log_read_whole(tmp_path):
+    """A log read twice in batches of 1,000 sessions (``stream_training_data``: a log larger than memory trains)
+    gives the lists, statistics and counts of the log held whole (``click_training_data``), with sessions on
+    dropped queries and with a repeated document skipped the same way, and errors naming rows of the whole file."""
+    from ltrjax.offline.click_stream import stream_training_data
+
+    qs = toy_queryset(n_queries=60, seed=3)
+    rng = np.random.default_rng(2)
+    train = np.flatnonzero(qs.split == 0)
+    n, k = 4_500, 6
+    q = rng.choice(train, n)
+    sizes = np.diff(np.asarray(qs.query_offsets))[q]
+    docs = np.full((n, k), -1, np.int32)
+    for i in range(n):
+        shown = rng.permutation(sizes[i])[:rng.integers(2, k + 1)]
+        docs[i, :len(shown)] = shown
+    docs[17, 1] = docs[17, 0]  # one session shows a document twice
+    log = ClickLog(session_id=np.arange(n), time=np.arange(n), query_id=np.asarray(qs.qids, np.int64)[q],
+                   doc_ids=docs, clicks=(rng.random((n, k)) < 0.3) & (docs >= 0), split=np.zeros(n, np.int8))
+    write_click_log(tmp_path / "log.parquet", log)
+    relevance = lambda y: y.astype(np.float32)  # noqa: E731
+    whole = click_training_data(read_click_log(tmp_path / "log.parquet"), qs, relevance, chunk=512)
+    streamed = stream_training_data(tmp_path / "log.parquet", qs, relevance, chunk=lambda width: 512,
+                                    batch_sessions=1_000)
+    for a, b in zip(jax.tree_util.tree_leaves(whole[:2]), jax.tree_util.tree_leaves(streamed[:2])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert whole[2] == streamed[2] and streamed[2]["skipped_repeated_document"] == 1
+    assert streamed[2]["sessions_train"] == n and streamed[2]["lists"] == whole[0].mask.shape[0]
+    bad = log.query_id.copy()
+    bad[3_456] = 10**9
+    write_click_log(tmp_path / "bad.parquet", ClickLog(**{**log.__dict__, "query_id": bad}))
+    with pytest.raises(ClickLogError, match="row 3456: expected a query_id of dataset 'toy'"):
+        stream_training_data(tmp_path / "bad.parquet", qs, relevance, batch_sessions=1_000)

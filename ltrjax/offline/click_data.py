@@ -42,7 +42,7 @@ def _reduce_chunk(stats: ClickStats, clicks, rows, weight, n_lists: int) -> Clic
     return _add(stats, reduce_sessions(clicks, rows, n_lists, weight))
 
 
-def query_rows(log: ClickLog, queryset, path: str = "<click log>") -> np.ndarray:
+def query_rows(log: ClickLog, queryset, path: str = "<click log>", row0: int = 0) -> np.ndarray:
     """The queryset row of every session's ``query_id``, -1 for a query preprocessing dropped (its qid is in
     ``preprocess_report.dropped_qids``); any other unknown id is an error naming the row."""
     qids = np.asarray(queryset.qids, np.int64)
@@ -53,7 +53,7 @@ def query_rows(log: ClickLog, queryset, path: str = "<click log>") -> np.ndarray
     dropped = np.isin(log.query_id, report.dropped_qids) if report is not None else np.zeros_like(found)
     bad = np.flatnonzero(~found & ~dropped)
     if bad.size:
-        raise ClickLogError(path, int(bad[0]), f"a query_id of dataset {queryset.name!r} "
+        raise ClickLogError(path, row0 + int(bad[0]), f"a query_id of dataset {queryset.name!r} "
                             f"({len(qids)} queries)", f"query_id {log.query_id[bad[0]]}")
     return np.where(found, order[pos], -1)
 
@@ -67,10 +67,11 @@ def repeated_documents(doc_ids: np.ndarray) -> np.ndarray:
 MIN_TRAIN_SESSIONS = 2
 
 
-def refuse_untrainable(clicks: np.ndarray, shown: np.ndarray, path: str, info: dict) -> None:
-    """A log no estimator can learn from is refused, naming the file and the counts: fewer than
-    ``MIN_TRAIN_SESSIONS`` training sessions, no click at all, or every shown document clicked."""
-    n, n_clicks, n_shown = int(clicks.shape[0]), int(clicks.sum()), int(shown.sum())
+def refuse_untrainable(n: int, n_clicks: int, n_shown: int, path: str, info: dict) -> None:
+    """A log no estimator can learn from is refused, naming the file and the counts (of its usable training
+    sessions): fewer than ``MIN_TRAIN_SESSIONS`` sessions, no click at all, or every shown document clicked."""
+    if not info["sessions_train"]:
+        raise ClickLogError(path, None, "at least one session of split 'train'", f"splits {info}")
     counts = f"{n} training sessions, {n_shown} shown documents, {n_clicks} clicks"
     if n < MIN_TRAIN_SESSIONS:
         raise ClickLogError(path, None, f"at least {MIN_TRAIN_SESSIONS} usable training sessions to learn from",
@@ -83,39 +84,67 @@ def refuse_untrainable(clicks: np.ndarray, shown: np.ndarray, path: str, info: d
                             "document is clicked carries no preference to learn)", counts)
 
 
-def training_sessions(log: ClickLog, queryset, path: str = "<click log>", warn: bool = True):
+def training_sessions(log: ClickLog, queryset, path: str = "<click log>", warn: bool = True, whole: bool = True,
+                      row0: int = 0):
     """(queryset row of every session, the rows of the training sessions that train, counts): every check of
     ``click_training_data``, run before any work. Sessions must name queries and documents of ``queryset``
     and a ``train`` session a training query (no leakage into vali/test); sessions on queries preprocessing
     dropped and sessions showing a document twice are skipped and counted (a WARNING when ``warn``); a log
-    no estimator can learn from is refused (``refuse_untrainable``)."""
-    q = query_rows(log, queryset, path)
+    no estimator can learn from is refused (``refuse_untrainable``; not when ``whole`` is false: ``log`` is a
+    chunk of a file, starting at row ``row0``, and the caller refuses on the file's totals)."""
+    q = query_rows(log, queryset, path, row0)
     split = np.where(q >= 0, np.asarray(queryset.split)[q], -1)
     train = log.split == TRAIN
     leak = np.flatnonzero(train & (split != TRAIN) & (q >= 0))
     if leak.size:
         r = int(leak[0])
-        raise ClickLogError(path, r, "split 'train' only for training queries of the dataset",
+        raise ClickLogError(path, row0 + r, "split 'train' only for training queries of the dataset",
                             f"query_id {log.query_id[r]}, a {SPLIT_NAMES[split[r]]} query of {queryset.name!r}")
     offsets = np.asarray(queryset.query_offsets, np.int64)
     sizes = np.where(q >= 0, np.diff(offsets)[np.maximum(q, 0)], np.iinfo(np.int32).max)
     too_far = np.flatnonzero((log.doc_ids >= sizes[:, None]).any(axis=1))
     if too_far.size:
         r = int(too_far[0])
-        raise ClickLogError(path, r, f"doc_ids below {sizes[r]}, the documents of query_id {log.query_id[r]}",
+        raise ClickLogError(path, row0 + r, f"doc_ids below {sizes[r]}, the documents of query_id {log.query_id[r]}",
                             str([int(d) for d in log.doc_ids[r] if d >= 0]))
     info = {"sessions": log.n_sessions, **{f"sessions_{name}": int(np.sum(log.split == s))
                                            for s, name in enumerate(SPLIT_NAMES)}}
-    if not train.any():
-        raise ClickLogError(path, None, "at least one session of split 'train'", f"splits {info}")
     on_dropped, repeated = train & (q < 0), train & repeated_documents(log.doc_ids)
     info.update(skipped_dropped_query=int(on_dropped.sum()),
                 skipped_repeated_document=int((repeated & ~on_dropped).sum()))
     if warn:
         _warn_skipped(path, info, queryset)
     rows_train = np.flatnonzero(train & ~on_dropped & ~repeated)
-    refuse_untrainable(log.clicks[rows_train], log.doc_ids[rows_train] >= 0, path, info)
+    info.update(usable=int(rows_train.size), usable_clicks=int(log.clicks[rows_train].sum()),
+                usable_shown=int((log.doc_ids[rows_train] >= 0).sum()))
+    if whole:
+        refuse_untrainable(info["usable"], info["usable_clicks"], info["usable_shown"], path, info)
     return q, rows_train, info
+
+
+def logged_lists(lists: np.ndarray, queryset, labels_to_relevance) -> LoggedLists:
+    """``LoggedLists`` of the distinct displayed lists ``lists`` ([L, 1 + K]: queryset row, then document
+    index within the query by position, -1 where empty)."""
+    offsets = np.asarray(queryset.query_offsets, np.int64)
+    list_query, list_docs = lists[:, 0], lists[:, 1:]
+    mask = list_docs >= 0
+    doc_index = np.where(mask, offsets[list_query][:, None] + list_docs, 0)
+    features = np.where(mask[..., None], np.asarray(queryset.features)[doc_index], 0.0).astype(np.float32)
+    labels = np.where(mask, np.asarray(queryset.labels)[doc_index], 0).astype(np.int32)
+    return LoggedLists(features=jnp.asarray(features), labels=jnp.asarray(labels),
+                       relevance=jnp.where(mask, labels_to_relevance(labels), 0.0).astype(jnp.float32),
+                       mask=jnp.asarray(mask), doc_index=jnp.asarray(doc_index, jnp.int32),
+                       query_index=jnp.asarray(list_query, jnp.int32))
+
+
+def reduce_into(stats: ClickStats, clicks: np.ndarray, list_of: np.ndarray, chunk: int, n_lists: int) -> ClickStats:
+    """``stats`` plus the sessions (``clicks [n, K]`` of lists ``list_of``), ``chunk`` sessions per jitted call."""
+    for start in range(0, len(list_of), chunk):
+        n = min(chunk, len(list_of) - start)
+        pad = lambda a: np.pad(a, [(0, chunk - n)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
+        stats = _reduce_chunk(stats, jnp.asarray(pad(clicks[start:start + n])),
+                              jnp.asarray(pad(list_of[start:start + n]), jnp.int32), jnp.arange(chunk) < n, n_lists)
+    return stats
 
 
 def click_training_data(log: ClickLog, queryset, labels_to_relevance, chunk: int = 1 << 17,
@@ -127,30 +156,14 @@ def click_training_data(log: ClickLog, queryset, labels_to_relevance, chunk: int
     use; estimators never read it).
     """
     q, rows_train, info = training_sessions(log, queryset, path, warn)
-    offsets = np.asarray(queryset.query_offsets, np.int64)
     keys = np.concatenate([q[rows_train, None], log.doc_ids[rows_train]], axis=1)
     lists, list_of = np.unique(keys, axis=0, return_inverse=True)
-    list_of = list_of.reshape(-1)
-    list_query, list_docs = lists[:, 0], lists[:, 1:]
-    mask = list_docs >= 0
-    doc_index = np.where(mask, offsets[list_query][:, None] + list_docs, 0)
-    features = np.where(mask[..., None], np.asarray(queryset.features)[doc_index], 0.0).astype(np.float32)
-    labels = np.where(mask, np.asarray(queryset.labels)[doc_index], 0).astype(np.int32)
-    logged = LoggedLists(features=jnp.asarray(features), labels=jnp.asarray(labels),
-                         relevance=jnp.where(mask, labels_to_relevance(labels), 0.0).astype(jnp.float32),
-                         mask=jnp.asarray(mask), doc_index=jnp.asarray(doc_index, jnp.int32),
-                         query_index=jnp.asarray(list_query, jnp.int32))
+    logged = logged_lists(lists, queryset, labels_to_relevance)
     clicks = log.clicks[rows_train]
-    n_lists, k = mask.shape
-    chunk = int(max(1, min(chunk, len(rows_train))))
-    stats = empty_stats(n_lists, k)
-    for start in range(0, len(rows_train), chunk):
-        n = min(chunk, len(rows_train) - start)
-        pad = lambda a: np.pad(a, [(0, chunk - n)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
-        stats = _reduce_chunk(stats, jnp.asarray(pad(clicks[start:start + n])),
-                              jnp.asarray(pad(list_of[start:start + n]), jnp.int32),
-                              jnp.arange(chunk) < n, n_lists)
-    info.update(lists=int(n_lists), clicks=int(clicks.sum()), queries=int(len(np.unique(list_query))))
+    n_lists, k = lists.shape[0], lists.shape[1] - 1
+    stats = reduce_into(empty_stats(n_lists, k), clicks, list_of.reshape(-1),
+                        int(max(1, min(chunk, len(rows_train)))), n_lists)
+    info.update(lists=int(n_lists), clicks=int(clicks.sum()), queries=int(len(np.unique(lists[:, 0]))))
     return logged, jax.block_until_ready(stats), info
 
 
