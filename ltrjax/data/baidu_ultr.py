@@ -17,6 +17,7 @@ missing or malformed column a ``DataCheckError`` naming the file and the column 
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import glob
 import hashlib
@@ -182,8 +183,8 @@ class _Index:
 
     query_of: dict = dataclasses.field(default_factory=dict)  # query_md5 -> query index
     doc_of: dict = dataclasses.field(default_factory=dict)  # (query_md5 \0 url_md5) -> global document index
-    doc_query: list = dataclasses.field(default_factory=list)  # per document: its query index (arrays of chunks)
-    doc_rank: list = dataclasses.field(default_factory=list)  # per document: its index within its query
+    doc_query: array.array = dataclasses.field(default_factory=lambda: array.array("q"))  # per document: its query
+    doc_rank: array.array = dataclasses.field(default_factory=lambda: array.array("q"))  # its index in its query
     docs_per_query: list = dataclasses.field(default_factory=list)
     features: list = dataclasses.field(default_factory=list)  # float32 chunks, one row per document
 
@@ -207,7 +208,23 @@ class _Index:
         if new_rows:
             self.features.append(feature_rows(path, batch.take(pa.array(new_rows)), embedding))
         assert len(self.doc_of) - n_before == len(new_rows)
-        return query, np.asarray(self.doc_rank, np.int64)[doc]
+        return query, np.frombuffer(self.doc_rank, np.int64)[doc]
+
+    def feature_matrix(self, extra: np.ndarray) -> np.ndarray:
+        """float32 [documents + len(extra), F]: every document's row, grouped by query (queries in order of first
+        appearance, documents in theirs), then ``extra``; the key table and feature chunks are released first."""
+        self.doc_of = {}
+        dest = np.frombuffer(self.doc_rank, np.int64).copy()
+        dest += np.concatenate([[0], np.cumsum(self.docs_per_query)[:-1]]).astype(np.int64)[
+            np.frombuffer(self.doc_query, np.int64)]
+        out = np.empty((dest.size + extra.shape[0], extra.shape[1]), np.float32)
+        start = 0
+        while self.features:
+            chunk = self.features.pop(0)
+            out[dest[start:start + chunk.shape[0]]] = chunk
+            start += chunk.shape[0]
+        out[dest.size:] = extra
+        return out
 
     def _query(self, key) -> int:
         q = self.query_of.get(key)
@@ -341,9 +358,10 @@ def read_baidu_ultr(c: dict, seed: int, cache_dir=None) -> QuerySet:
     os.replace(tmp, log_path)
     a_feats, a_labels, a_query, a_bucket, a_qno = read_annotations(c, annotations)
     n_train = len(index.query_of)
-    order = np.lexsort((np.asarray(index.doc_rank), np.asarray(index.doc_query)))  # documents grouped by query
-    width = len(FEATURES) + (EMBEDDING_DIM if c["embedding"] else 0)
-    train_feats = np.concatenate(index.features)[order] if index.features else np.zeros((0, width), np.float32)
+    n_train_docs = len(index.doc_rank)
+    features = index.feature_matrix(a_feats)
+    width = features.shape[1]
+    del a_feats
     counts_per_query = np.concatenate([np.asarray(index.docs_per_query, np.int64), np.bincount(a_query)])
     from .queryset import offsets_from_counts
 
@@ -351,8 +369,8 @@ def read_baidu_ultr(c: dict, seed: int, cache_dir=None) -> QuerySet:
     split = np.concatenate([np.zeros(n_train, np.int8), stratified_split(a_bucket, float(c["vali_fraction"]), seed)])
     names = list(FEATURES) + ([f"{EMBEDDING}[{i}]" for i in range(EMBEDDING_DIM)] if c["embedding"] else [])
     return QuerySet(
-        name=c["name"], features=np.concatenate([train_feats, a_feats]).astype(np.float32),
-        labels=np.concatenate([np.zeros(train_feats.shape[0], np.int32), a_labels]),
+        name=c["name"], features=features,
+        labels=np.concatenate([np.zeros(n_train_docs, np.int32), a_labels]),
         query_offsets=offsets_from_counts(counts_per_query), qids=qids, split=split, y_max=4,
         bm25_column=0, feature_ids=np.arange(1, width + 1, dtype=np.int32),
         info={"source": str(root), "files": {"clicks": [str(p) for p in parts], "annotations": str(annotations)},
