@@ -23,7 +23,7 @@ from ltrjax.offline import fidelity_experiment as FE
 from ltrjax.offline.config import TOP_LEVEL, FidelityConfig, OfflineConfig, as_mapping, from_mapping
 from ltrjax.offline.estimators import ORACLE_ESTIMATORS
 from ltrjax.offline.experiment import METRICS, TrialData, click_relevance, prepare_trial, run_setting
-from ltrjax.offline import per_query
+from ltrjax.offline import click_likelihood, per_query
 from ltrjax.offline.logging import chunk_size
 from ltrjax.record import check_experiment, experiment_record, git_commit, jsonable, read_results, write_results
 from ltrjax.report import fidelity_report
@@ -167,7 +167,8 @@ def offline_markdown(results: dict, exp: OfflineConfig) -> str:
                              results["record"]["commit"])
     return (header + markdown_table(results["algorithms"], METRICS, sig=results.get("significance"))
             + per_query.markdown_measures(results["measures"])
-            + per_query.markdown_groups(results.get("by_frequency_bucket"), GROUP_METRICS))
+            + per_query.markdown_groups(results.get("by_frequency_bucket"), GROUP_METRICS)
+            + click_likelihood.markdown(click_likelihood.rows_of(results)))
 
 
 def run_offline(cfg, out_dir, queryset=None) -> dict:

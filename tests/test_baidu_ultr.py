@@ -106,7 +106,14 @@ def test_every_registered_estimator_trains_from_it(generated, tmp_path):
     cfg = {"experiment": {"trials": 1, "progress": False, "estimators": list(ALL_ESTIMATORS), "eval_buckets": 1,
                           "train": {"max_epochs": 2, "patience": 1}, "save_models": False}}
     results = run_offline(cfg, tmp_path / "run", queryset=qs)
-    assert results["trials_info"][0]["click_log"]["sessions_train"] == 120
+    info = results["trials_info"][0]["click_log"]
+    assert info["sessions_train"] + info["sessions_test"] == 120 and 0 < info["sessions_held_out"] == \
+        info["sessions_test"] < 30  # heldout_fraction 0.1 of the pages
+    rank_ctr = results["trials_info"][0]["click_perplexity_rank_ctr"]
+    em = results["algorithms"]["regression_em"]["trials"][0]["click_perplexity"]
+    assert em["sessions"] == rank_ctr["sessions"] == [info["sessions_held_out"]] * 10
+    assert all(p >= 1.0 for p in rank_ctr["perplexity"] + em["perplexity"])
+    assert "click_perplexity" not in results["algorithms"]["dla"]["trials"][0]  # no click probability
     for name in ALL_ESTIMATORS:
         trial = results["algorithms"][name]["trials"][0]
         assert 0.0 < trial["ndcg@10"] <= 1.0 and trial["dcg@10"] > 0.0, name
@@ -116,7 +123,7 @@ def test_every_registered_estimator_trains_from_it(generated, tmp_path):
 def test_cli_writes_results_per_frequency_bucket(generated, tmp_path):
     root, _, _ = generated
     proc = run_cli(tmp_path, "experiment=offline", "+dataset=baidu_ultr", f"dataset.path={root}", "trials=1",
-                   "experiment.estimators=[naive,dla]", "experiment.train.max_epochs=2")
+                   "experiment.estimators=[naive,regression_em]", "experiment.train.max_epochs=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "out"
     md = (out / "results.md").read_text()
@@ -124,6 +131,7 @@ def test_cli_writes_results_per_frequency_bucket(generated, tmp_path):
         "mrr@10 |" in md
     results = json.loads((out / "results.json").read_text())
     assert results["measures"]["mrr@10"]["ir_measures"] == "RR@10"
+    assert "### Click perplexity per rank (held-out sessions)" in md and "| rank_ctr |" in md
     assert (out / "per_query.parquet").exists()
 
 

@@ -10,9 +10,11 @@ file (``parts/validation.feather``) has one row per judged document with ``label
 each ``query_no`` is a query, split into vali and test by a seeded draw within each frequency bucket (Hager et al.).
 
 Memory: the click parts are read one stored record batch at a time (only the columns used) and processed
-``batch_rows`` rows at a time, the sessions written as they complete; what stays in memory is one feature row per distinct document and the key
-tables (about 130 bytes per document with the 12 features). A missing file is a ``DatasetNotFoundError``, a
-missing or malformed column a ``DataCheckError`` naming the file and the column (exit status 2).
+``batch_rows`` rows at a time, the sessions written as they complete; what stays in memory is one feature row per
+distinct document and the key tables (budget: 256 MiB + 400 bytes a document, ``benchmarks/read_memory.py``). A
+fraction ``heldout_fraction`` of the pages (by a hash of ``query_no``) is written with split ``test``: held out of
+training, scored by the click perplexity. A missing file is a ``DatasetNotFoundError``, a missing or malformed
+column a ``DataCheckError`` naming the file and the column (exit status 2).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class BaiduSettings:
     batch_rows: PositiveInt = 1 << 16  # rows per record batch read
     # share of each frequency bucket's annotated queries in vali (the rest: test)
     vali_fraction: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.5
+    # share of the result pages held out of training (split test in the click log: the click perplexity's), by a
+    # hash of query_no
+    heldout_fraction: Annotated[float, Range(0, 1, hi_open=True)] = 0.1
 
     def __post_init__(self):
         check_fields(self)
@@ -252,8 +257,15 @@ def _sessions(path, qno, query, rank, position, click, carry):
     return (qno[done], query[done], rank[done], position[done], click[done]), rest
 
 
-def _page_log(path, qno, query, rank, position, click):
-    """Complete pages as a ``ClickLog`` (query_id = training-query index; doc_ids: index within the query)."""
+def held_out(qno: np.ndarray, fraction: float) -> np.ndarray:
+    """bool: the pages held out of training, a fixed ``fraction`` of query_no values by a multiplicative hash."""
+    h = (qno.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    return (h % np.uint64(1 << 20)).astype(np.float64) < fraction * (1 << 20)
+
+
+def _page_log(path, qno, query, rank, position, click, heldout_fraction: float = 0.0):
+    """Complete pages as a ``ClickLog`` (query_id = training-query index; doc_ids: index within the query; split
+    test for the held-out pages)."""
     from ltrjax.clicklog import ClickLog
 
     starts = np.flatnonzero(np.r_[True, qno[1:] != qno[:-1]])
@@ -269,7 +281,7 @@ def _page_log(path, qno, query, rank, position, click):
     docs[owner, position - 1] = rank
     clicks[owner, position - 1] = click > 0
     return ClickLog(session_id=qno[starts], time=qno[starts], query_id=query[starts], doc_ids=docs,
-                    clicks=clicks, split=np.zeros(starts.size, np.int8))
+                    clicks=clicks, split=np.where(held_out(qno[starts], heldout_fraction), 2, 0).astype(np.int8))
 
 
 def read_clicks(c: dict, parts: list[pathlib.Path], log_path: pathlib.Path) -> tuple[_Index, dict]:
@@ -290,13 +302,13 @@ def read_clicks(c: dict, parts: list[pathlib.Path], log_path: pathlib.Path) -> t
                 click = _ints(path, batch, "click", 0, 1)
                 pages, carry = _sessions(path, qno, query, rank, position, click, carry)
                 if pages[0].size:
-                    log = _page_log(str(path), *pages)
+                    log = _page_log(str(path), *pages, float(c["heldout_fraction"]))
                     writer.write(log)
                     counts["sessions"] += log.n_sessions
                 counts["click_rows"] += batch.num_rows
                 counts["clicks"] += int(click.sum())
             if carry is not None and carry[0].size:  # the file's last page
-                log = _page_log(str(path), *carry)
+                log = _page_log(str(path), *carry, float(c["heldout_fraction"]))
                 writer.write(log)
                 counts["sessions"] += log.n_sessions
     return index, counts
@@ -343,7 +355,7 @@ def log_location(c: dict, parts, cache_dir) -> pathlib.Path:
     from .cache import cache_root
 
     stamp = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in parts]
-    key = hashlib.blake2b(repr((stamp, c["batch_rows"])).encode(), digest_size=10).hexdigest()
+    key = hashlib.blake2b(repr((stamp, c["batch_rows"], c["heldout_fraction"])).encode(), digest_size=10).hexdigest()
     return cache_root(cache_dir) / "baidu_ultr" / f"sessions-{key}.parquet"
 
 

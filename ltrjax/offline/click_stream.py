@@ -15,8 +15,10 @@ import jax
 import numpy as np
 
 from ltrjax.clicklog import BATCH_SESSIONS, iter_click_log
+from ltrjax.data.queryset import TRAIN
 from ltrjax.offline.click_data import (_warn_skipped, logged_lists, reduce_into, refuse_untrainable,
-                                       training_sessions)
+                                       repeated_documents, training_sessions)
+from ltrjax.offline.click_likelihood import MAX_HELDOUT, HeldOut
 from ltrjax.offline.logging import empty_stats
 
 
@@ -64,15 +66,17 @@ def scan(path, queryset, batch_sessions: int = BATCH_SESSIONS, warn: bool = True
 def stream_training_data(path, queryset, labels_to_relevance, chunk: int | Callable[[int], int] = 1 << 17,
                          batch_sessions: int = BATCH_SESSIONS, warn: bool = True):
     """(displayed lists, their click statistics, counts) of the training sessions of the click-log file ``path``,
-    as ``click_training_data`` gives them, read ``batch_sessions`` sessions at a time (twice). ``chunk``: sessions
-    per jitted reduction, or a function of K (the positions) giving it."""
+    as ``click_training_data`` gives them, read ``batch_sessions`` sessions at a time (twice), and the held-out
+    sessions (``HeldOut``: split vali/test, at most ``MAX_HELDOUT``; None without any) for the click perplexity.
+    ``chunk``: sessions per jitted reduction, or a function of K (the positions) giving it."""
     lists, info = scan(path, queryset, batch_sessions, warn)
     n_lists, k = lists.shape[0], lists.shape[1] - 1
     chunk = int(chunk(k) if callable(chunk) else chunk)
     chunk = max(1, min(chunk, info["usable"]))
     ordered = _rows(lists)
-    stats, clicks = empty_stats(n_lists, k), 0
+    stats, clicks, held = empty_stats(n_lists, k), 0, []
     for part, q, rows, _ in _batches(path, queryset, batch_sessions):
+        held.append(_held_out(part, q, k, MAX_HELDOUT - sum(len(h[0]) for h in held)))
         if not rows.size:
             continue
         keys = _pad(np.concatenate([q[rows, None], part.doc_ids[rows]], axis=1), k + 1, -1)
@@ -81,4 +85,25 @@ def stream_training_data(path, queryset, labels_to_relevance, chunk: int | Calla
         stats = reduce_into(stats, batch_clicks, list_of, chunk, n_lists)
         clicks += int(batch_clicks.sum())
     info.update(lists=int(n_lists), clicks=clicks, queries=int(len(np.unique(lists[:, 0]))))
-    return logged_lists(lists, queryset, labels_to_relevance), jax.block_until_ready(stats), info
+    heldout = held_out_lists(held, queryset, k)
+    info["sessions_held_out"] = heldout.n_sessions if heldout is not None else 0
+    return logged_lists(lists, queryset, labels_to_relevance), jax.block_until_ready(stats), info, heldout
+
+
+def _held_out(part, q, k: int, room: int):
+    """(queryset rows, doc ids [n, k], clicks [n, k]) of the chunk's held-out sessions (split vali/test, a query of
+    the dataset, no document shown twice), at most ``room``."""
+    keep = np.flatnonzero((part.split != TRAIN) & (q >= 0) & ~repeated_documents(part.doc_ids))[:max(room, 0)]
+    return q[keep], _pad(part.doc_ids[keep], k, -1), _pad(part.clicks[keep], k, False)
+
+
+def held_out_lists(held, queryset, k: int) -> HeldOut | None:
+    """The held-out sessions as ``HeldOut`` (features of the shown documents by rank), None when there are none."""
+    q = np.concatenate([h[0] for h in held]) if held else np.zeros(0, np.int64)
+    if not q.size:
+        return None
+    docs = np.concatenate([h[1] for h in held])[:, :k]
+    mask = docs >= 0
+    rows = np.where(mask, np.asarray(queryset.query_offsets, np.int64)[q][:, None] + docs, 0)
+    features = np.where(mask[..., None], np.asarray(queryset.features)[rows], 0.0).astype(np.float32)
+    return HeldOut(features=features, mask=mask, clicks=np.concatenate([h[2] for h in held])[:, :k] & mask)

@@ -34,8 +34,8 @@ def ir_measure(metric: str, map_threshold: int = 1) -> str | None:
 
 METRIC_DEFINITIONS = {
     "ndcg": "DCG@k over the ideal DCG@k of the query's documents; gain 2^y - 1, discount 1/log2(i + 1)",
-    "dcg": "sum over the top k of (2^y - 1) / log2(i + 1) (no ir_measures measure: its test is ir_measures' "
-           "nDCG(dcg='exp-log2')@k times the ideal DCG@k)",
+    "dcg": "sum over the top k of (2^y - 1) / log2(i + 1); tested as ir_measures' nDCG(dcg='exp-log2')@k times "
+           "the ideal DCG@k",
     "mrr": "1 / rank of the first document with label >= map_threshold in the top k (0 if none)",
     "err": f"expected reciprocal rank, R = (2^y - 1) / 2^{ERR_MAX_GRADE} (Chapelle et al. 2009, gdeval)",
     "p": "documents with label >= map_threshold in the top k, over k",

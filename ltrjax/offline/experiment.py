@@ -21,7 +21,7 @@ import numpy as np
 
 from ltrjax.clicks import check_click_model_data, make_click_model, relevance
 from ltrjax.data.layout import quantile_widths
-from ltrjax.offline import estimator_api
+from ltrjax.offline import click_likelihood, estimator_api
 from ltrjax.offline.config import OfflineConfig, is_oracle
 from ltrjax.offline.estimators import ClickBatch, LabeledBatch, Propensities
 from ltrjax.offline.evaluate import KS, jitted_score, make_evaluator, make_validator
@@ -249,6 +249,7 @@ def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print
     key = jax.random.fold_in(jax.random.PRNGKey(trial.seed), 7)
     out = {}
     timing = {}
+    heldout = click_data[3] if click_data is not None and len(click_data) > 3 else None  # click_likelihood.HeldOut
     click_names = [e for e in estimators if e not in ("production", "labeled")]
     if click_names:
         source = trial.logged if click_data is None else click_data[0]
@@ -272,6 +273,10 @@ def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print
                            "clicks_per_query": stats.total_clicks / max(n_queries, 1), "list_size": k,
                            "propensities": told_info,
                            **({"click_log": click_data[2]} if click_data is not None else {})}
+        if heldout is not None:  # the position-only reference click model (ltrjax.offline.click_likelihood)
+            ctr = click_likelihood.rank_ctr(stats, logged.mask)[: heldout.mask.shape[1]]
+            out["_logging"]["click_perplexity_rank_ctr"] = click_likelihood.per_rank(
+                np.broadcast_to(ctr, heldout.mask.shape), heldout.clicks, heldout.mask)
     evaluator_kw = {"map_threshold": exp.eval.map_threshold, "drop_no_relevant": exp.eval.drop_no_relevant,
                     "per_query": per_query}
     for name in estimators:
@@ -308,6 +313,10 @@ def run_setting(trial: TrialData, exp: OfflineConfig, estimators=None, log=print
                        told="true click model" if is_oracle(name) else told_info["source"])
             if on_fit is not None:
                 on_fit(name, est, fr)
+            p = (click_likelihood.click_probabilities(name, est, fr.params, fr.state, heldout)
+                 if heldout is not None else None)
+            if p is not None:
+                res["click_perplexity"] = click_likelihood.per_rank(p, heldout.clicks, heldout.mask)
             if "theta" in fr.state:
                 res["learned_theta"] = np.asarray(fr.state["theta"]).round(4).tolist()
             if "propensity" in fr.params:
