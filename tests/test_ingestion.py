@@ -167,6 +167,15 @@ def test_cli_zero_click_log_and_identical_features_exit_2(tmp_path):
     assert f"{tmp_path / 'zero.parquet'}: expected at least one click among the training sessions" in proc.stderr
     assert "40 training sessions, 160 shown documents, 0 clicks" in proc.stderr
     assert not (tmp_path / "out" / "results.json").exists()
+    for split in ("train", "vali", "test"):  # every document with the same features: refused, no ZeroDivisionError
+        f = root / "Fold1" / f"{split}.txt"
+        f.write_text("".join(" ".join(line.split()[:2]) + " 1:0.5 2:0.5\n" for line in f.read_text().splitlines()))
+    proc = run_cli(tmp_path, "experiment=offline", "+dataset=letor", f"dataset.path={root}", "trials=1",
+                   "experiment.estimators=[naive]")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "ZeroDivisionError" not in proc.stderr
+    assert "no feature is left to rank by: all 2 features read are constant within every training query" \
+        in proc.stderr
 
 
 # --------------------------------------------------------------------------- document ids (issue 42, item 4)
