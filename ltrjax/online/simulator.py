@@ -208,10 +208,6 @@ class Simulator:
         final states (leading member axis, blocked until ready) and the sessions simulated per member."""
         return trial.simulate_frozen(self.context, self.memo, policy, keys, hypers, n_sessions)
 
-    def evaluate(self, policy: Policy, params, states, test_only: bool = False) -> dict[str, np.ndarray]:
-        """Warm/Cold NDCG@K per member and query ``[P, n_queries]`` of ``params`` and ``states`` (``evaluate.evaluate``)."""
-        return evaluate.evaluate(self.context, policy, params, states, test_only)
-
     def split_means(self, per_query: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
         """Mean Warm/Cold NDCG per split of one member's per-query values."""
         return evaluate.split_means(self.context.data, per_query)
