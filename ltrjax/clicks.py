@@ -13,6 +13,7 @@ PBM has alpha = theta, beta = 0; trust bias has alpha = theta (eps+ - eps-), bet
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -70,7 +71,7 @@ def relevance_linear(labels, y_max: int):
     return jnp.asarray(labels, jnp.float32) / float(y_max)
 
 
-def relevance_binary(labels, threshold: int, noise: float = 0.0):
+def relevance_binary(labels, threshold: int = 1, noise: float = 0.0):
     """Binarized relevance with symmetric noise: 1 - mu if y >= threshold else mu  (PRS §5.2)."""
     rel = jnp.asarray(labels) >= threshold
     return jnp.where(rel, 1.0 - noise, noise).astype(jnp.float32)
@@ -113,19 +114,19 @@ def relevance_vectorization_err(labels, y_max: int):
 RELEVANCE_MAPPINGS = ("ebrank", "linear", "binary", "vectorization", "vectorization_err")
 
 
-def relevance(labels, y_max: int, mapping: str = "ebrank", **kwargs):
-    """Dispatch on the mapping name used in configs (``RELEVANCE_MAPPINGS``)."""
-    if mapping == "ebrank":
-        return relevance_ebrank(labels, y_max, kwargs.get("eps_min", 0.1))
-    if mapping == "linear":
-        return relevance_linear(labels, y_max)
-    if mapping == "binary":
-        return relevance_binary(labels, kwargs.get("threshold", 1), kwargs.get("noise", 0.0))
-    if mapping == "vectorization":
-        return relevance_vectorization(labels, y_max)
-    if mapping == "vectorization_err":
-        return relevance_vectorization_err(labels, y_max)
-    raise ValueError(f"unknown relevance mapping {mapping!r}; expected one of {', '.join(RELEVANCE_MAPPINGS)}")
+RELEVANCE_FUNCTIONS = {"ebrank": relevance_ebrank, "linear": relevance_linear, "binary": relevance_binary,
+                       "vectorization": relevance_vectorization, "vectorization_err": relevance_vectorization_err}
+
+
+def relevance(labels, y_max: int, mapping: str = "ebrank", **options):
+    """Dispatch on the mapping name used in configs (``RELEVANCE_MAPPINGS``). ``options`` (``eps_min``,
+    ``threshold``, ``noise``) go to the mapping that takes them; each default is the mapping function's own."""
+    if mapping not in RELEVANCE_FUNCTIONS:
+        raise ValueError(f"unknown relevance mapping {mapping!r}; expected one of {', '.join(RELEVANCE_MAPPINGS)}")
+    fn = RELEVANCE_FUNCTIONS[mapping]
+    takes = inspect.signature(fn).parameters
+    kwargs = {k: v for k, v in {"y_max": y_max, **options}.items() if k in takes}
+    return fn(labels, **kwargs)
 
 
 # --------------------------------------------------------------------------- examination curves
@@ -309,7 +310,10 @@ def click_model_kinds() -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class ClickModelConfig:
-    """The schema of a ``conf/click_model/*.yaml`` mapping (``make_click_model``; ``ltrjax.schema``)."""
+    """A click model's settings, typed, with the one set of defaults online and offline share: the schema of a
+    ``conf/click_model/*.yaml`` mapping (``ltrjax.schema``) and the base of the offline experiment's
+    ``click_model`` (``ltrjax.offline.config.OfflineClickModel``, which adds the logged relevance mapping).
+    ``make_click_model`` builds the model from it."""
 
     kind: Annotated[str, OneOf(click_model_kinds)] = "pbm"
     examination: Annotated[str, OneOf(EXAMINATION_CURVES)] = "log2"
@@ -326,55 +330,75 @@ class ClickModelConfig:
             raise ConfigError("matrix", self.matrix, "expected a list of rows M[label][position] for kind matrix")
 
 
-def check_click_model_data(cfg: Mapping[str, Any] | None, y_max: int) -> None:
+# the relevance mapping of logged clicks (offline's ``click_model.relevance``, ``threshold``, ``noise``): read by
+# ``relevance``, not by the click model, so a click model built from an offline mapping leaves them out
+RELEVANCE_KEYS = ("relevance", "threshold", "noise")
+
+
+def click_model_config(cfg: ClickModelConfig | Mapping[str, Any] | None) -> ClickModelConfig:
+    """``cfg`` typed: a ``ClickModelConfig`` (or the offline subclass) as it is; a mapping (a YAML's, the Python API's)
+    converted once, its relevance keys (``RELEVANCE_KEYS``) aside and any other unknown key refused (``ConfigError``);
+    None: the defaults."""
+    if isinstance(cfg, ClickModelConfig):
+        return cfg
+    known = {f.name for f in dataclasses.fields(ClickModelConfig)}
+    values = {k: v for k, v in dict(cfg or {}).items() if k not in RELEVANCE_KEYS}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"click_model.{unknown[0]}", values[unknown[0]],
+                          f"expected a key of the click model ({', '.join(sorted(known))})")
+    return ClickModelConfig(**values)
+
+
+def _relevance_name(cfg) -> str | None:
+    """The relevance mapping an offline click model (typed or a mapping) names, else None."""
+    if isinstance(cfg, Mapping):
+        return cfg["relevance"] if "relevance" in cfg else None
+    return getattr(cfg, "relevance", None)
+
+
+def check_click_model_data(cfg: ClickModelConfig | Mapping[str, Any] | None, y_max: int) -> None:
     """Raise ``ClickModelDataMismatch`` when the dataset's grades 0..``y_max`` cannot host click model ``cfg``.
 
     TianGong's matrix has one row per grade 0-4; on data with fewer grades the labels would use rows 0..y_max
     only, and those carry no relevance signal (on rows 0-2 label 2 is clicked *less* than label 0 at positions
     1, 3, 4 and 5), so every click estimator would learn nothing and a claim measured so is untestable.
     """
-    cfg = dict(cfg or {})
     n_grades = TIANGONG_MATRIX.shape[0]
-    if cfg.get("kind") == "tiangong" and int(y_max) + 1 < n_grades:
+    if click_model_config(cfg).kind == "tiangong" and int(y_max) + 1 < n_grades:
         raise ClickModelDataMismatch(
             f"click_model tiangong: the TianGong-ST matrix has {n_grades} relevance grades (rows 0-{n_grades - 1}), "
             f"but this dataset's labels run 0..{int(y_max)} ({int(y_max) + 1} grades); its rows 0-{int(y_max)} carry "
             f"no relevance signal (label 2 is clicked less than label 0 at positions 1, 3, 4 and 5), so TianGong "
             f"clicks cannot be simulated on this data. Use a dataset with {n_grades} grades or another click model.")
-    if cfg.get("relevance") == "vectorization_err":
+    if _relevance_name(cfg) == "vectorization_err":
         relevance_vectorization_err(np.zeros(1, np.int32), y_max)
 
 
-def make_click_model(cfg: Mapping[str, Any] | None, n_positions: int, y_max: int | None = None) -> ClickModel:
-    """Build a click model from a ``conf/click_model/*.yaml`` mapping.
+def make_click_model(cfg: ClickModelConfig | Mapping[str, Any] | None, n_positions: int,
+                     y_max: int | None = None) -> ClickModel:
+    """Build the click model of ``cfg`` (``click_model_config``: typed, or a ``conf/click_model/*.yaml`` mapping).
 
     ``y_max`` (the dataset's top grade) picks the cascade preset's grade count when the config leaves
     ``n_grades`` null, and refuses a model the data cannot host (``check_click_model_data``).
     """
-    cfg = dict(cfg or {"kind": "pbm", "examination": "log2", "eta": 1.0})
-    kind = cfg.get("kind", "pbm")
-    eta = float(cfg.get("eta", 1.0))
-    curve = cfg.get("examination", "log2")
-    if kind == "pbm":
-        return pbm(examination(curve, n_positions, eta, cfg.get("cutoff")))
-    if kind == "trust_bias":
-        eps_plus, eps_minus = vardasbi_trust_epsilons(n_positions, float(cfg.get("eps_minus_scale", 0.65)))
-        return trust_bias(examination(curve, n_positions, eta, cfg.get("cutoff")), eps_plus, eps_minus)
-    if kind == "ucbrank_affine":
+    cm = click_model_config(cfg)
+    if cm.kind in ("pbm", "trust_bias"):
+        theta = examination(cm.examination, n_positions, cm.eta, cm.cutoff)
+        if cm.kind == "pbm":
+            return pbm(theta)
+        return trust_bias(theta, *vardasbi_trust_epsilons(n_positions, cm.eps_minus_scale))
+    if cm.kind == "ucbrank_affine":
         return ucbrank_affine(n_positions)
-    if kind == "tiangong":
+    if cm.kind == "tiangong":
         if y_max is not None:
-            check_click_model_data(cfg, y_max)
+            check_click_model_data(cm, y_max)
         return click_matrix(TIANGONG_MATRIX, n_positions)
-    if kind == "matrix":  # an explicit M[label, position], e.g. a vector EH M = R O^T (ltrjax.offline.fidelity)
-        return click_matrix(np.asarray(cfg["matrix"], np.float64), n_positions)
-    if kind == "cascade":
-        preset = cfg.get("preset", "navigational")
-        n_grades = cfg.get("n_grades") or (y_max + 1 if y_max is not None else 5)
-        n_grades = int(n_grades)
-        try:
-            p_click, p_stop = CASCADE_PRESETS[preset][n_grades]
-        except KeyError as err:
-            raise ValueError(f"no cascade preset {preset!r} for {n_grades} grades") from err
-        return cascade(p_click, p_stop, n_positions)
-    raise ValueError(f"unknown click model kind {kind!r}; expected pbm, trust_bias, ucbrank_affine, tiangong, matrix or cascade")
+    if cm.kind == "matrix":  # an explicit M[label, position], e.g. a vector EH M = R O^T (ltrjax.offline.fidelity)
+        return click_matrix(np.asarray(cm.matrix, np.float64), n_positions)
+    n_grades = int(cm.n_grades or (y_max + 1 if y_max is not None else 5))  # cascade
+    try:
+        p_click, p_stop = CASCADE_PRESETS[cm.preset][n_grades]
+    except KeyError as err:
+        raise ValueError(f"no cascade preset {cm.preset!r} for {n_grades} grades") from err
+    return cascade(p_click, p_stop, n_positions)

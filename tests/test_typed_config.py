@@ -123,3 +123,27 @@ def test_a_config_of_your_own_extends_the_frozen_schemas(tmp_path):
         assert (cfg.sim.top_k, cfg.population.max_members, cfg.population.memory_gb) == (3, 4, 2.0)
         with pytest.raises(Exception, match="population.memory_gb"):
             compose("mine", overrides=["population.memory_gb=lots"])  # still typed
+
+
+def test_click_models_read_no_config_with_get_or_defaults():
+    """``make_click_model`` and the relevance mappings read the typed ``ClickModelConfig``: no default restated."""
+    assert config_reads(ast.parse((ROOT / "ltrjax" / "clicks.py").read_text())) == []
+
+
+def test_online_and_offline_click_models_share_one_set_of_defaults():
+    from ltrjax.clicks import ClickModelConfig, click_model_config, make_click_model
+    from ltrjax.constraints import ConfigError
+    from ltrjax.offline.config import OfflineClickModel, OfflineConfig
+
+    shared = [f.name for f in dataclasses.fields(ClickModelConfig)]
+    offline = OfflineClickModel()
+    assert isinstance(offline, ClickModelConfig)
+    assert {k: getattr(offline, k) for k in shared} == dataclasses.asdict(ClickModelConfig())
+    # the offline experiment's own choice (PRS §5.2's (1/k)^eta), written once, in OfflineConfig
+    assert OfflineConfig().click_model.examination == "inverse" and ClickModelConfig().examination == "log2"
+    typed = click_model_config({"kind": "pbm", "relevance": "binary", "noise": 0.1})  # an offline mapping
+    assert typed == ClickModelConfig()
+    with pytest.raises(ConfigError, match="click_model.examinaton"):
+        click_model_config({"kind": "pbm", "examinaton": "log2"})
+    for cfg in (None, {}, ClickModelConfig(), OfflineClickModel(examination="log2")):
+        assert (make_click_model(cfg, 5).examination == make_click_model({"kind": "pbm"}, 5).examination).all()

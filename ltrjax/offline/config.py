@@ -18,7 +18,7 @@ import dataclasses
 import typing
 from typing import Annotated, Any, Dict, List, Optional
 
-from ltrjax.clicks import CASCADE_PRESETS, EXAMINATION_CURVES, click_model_kinds
+from ltrjax.clicks import ClickModelConfig
 from ltrjax.constraints import (ConfigError, Each, NonNegative, NonNegativeInt, OneOf, Positive, PositiveInt, Range,
                                 check_fields, unknown_key)
 from ltrjax.offline.rankers import RANKERS
@@ -60,23 +60,13 @@ class LoggingBoost:
 
 
 @dataclasses.dataclass(frozen=True)
-class OfflineClickModel:
-    """The click model of the logged sessions (SPEC §4) with its relevance mapping R(y)."""
+class OfflineClickModel(ClickModelConfig):
+    """The click model of the logged sessions (SPEC §4): ``ltrjax.clicks.ClickModelConfig`` (the click model's keys
+    and their defaults, shared with the online runs) and the relevance mapping R(y) of the logged documents."""
 
-    kind: Annotated[str, OneOf(click_model_kinds)] = "pbm"  # pbm | trust_bias | tiangong | cascade | matrix
-    examination: Annotated[str, OneOf(EXAMINATION_CURVES)] = "inverse"  # (1/k)^eta (PRS) | joachims | log2
-    eta: NonNegative = 1.0
     relevance: Annotated[str, OneOf(relevance_mappings)] = "binary"  # binary (PRS) | ebrank | vectorization | ...
     threshold: Optional[NonNegativeInt] = None  # binarization y >= threshold; null: 1 if y_max <= 2 else 3
     noise: Annotated[float, Range(0, 1)] = 0.1  # mu: eps+ = 1 - mu, eps- = mu (binary relevance only)
-    eps_minus_scale: Annotated[float, Range(0, 1)] = 0.65  # trust bias eps-_k = scale / k
-    preset: Annotated[str, OneOf(CASCADE_PRESETS)] = "navigational"  # cascade preset
-    matrix: Optional[List[List[float]]] = None  # kind matrix: click rates M[label][position]
-
-    def __post_init__(self):
-        check_fields(self)
-        if self.kind == "matrix" and not self.matrix:
-            raise ConfigError("matrix", self.matrix, "expected a list of rows M[label][position] for kind matrix")
 
     def mapping(self) -> dict:
         """The mapping ``ltrjax.clicks.make_click_model`` reads."""
@@ -140,7 +130,9 @@ class OfflineConfig:
     hidden: Annotated[List[int], Each(Range(1))] = dataclasses.field(default_factory=lambda: [64, 32])
     max_docs: PositiveInt = 256  # cap on documents per query for labeled training lists (random subset)
     eval_buckets: PositiveInt = 4  # padded size buckets for validation/test lists (shared widths)
-    click_model: OfflineClickModel = dataclasses.field(default_factory=OfflineClickModel)
+    # the experiment's click model: PRS §5.2's PBM, theta_k = (1/k)^eta (the click model's own default is EBRank's log2)
+    click_model: OfflineClickModel = dataclasses.field(
+        default_factory=lambda: OfflineClickModel(examination="inverse"))
     assumed_eta: Optional[NonNegative] = None  # eta of the propensities IPS/PNS/PRS are told (null: the true eta)
     propensities: Annotated[str, OneOf(PROPENSITY_SOURCES)] = "known"  # or estimated by result randomization
     randomization_sessions: PositiveInt = 20_000  # sessions of the simulated result-randomization experiment
