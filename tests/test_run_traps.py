@@ -39,10 +39,13 @@ def test_an_empty_run_folder_is_refused_before_anything_is_written(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no results, models, .hydra/, lock or log in the current folder
 
 
-def test_the_source_checkout_is_refused_as_a_run_folder():
-    proc = run_ltrjax(*TINY, "trials=1", f"hydra.run.dir={REPO}", f"data.cache_dir={DATA_CACHE}")
-    refused(proc, str(REPO), "source checkout")
-    assert not (REPO / "results.json").exists() and not (REPO / ".ltrjax.lock").exists()
+def test_the_source_checkout_is_refused_as_a_run_folder(tmp_path):
+    """Checked in this process (a run that got past the check would write into the checkout)."""
+    from ltrjax.run import folder_error
+
+    assert "source checkout" in folder_error(str(REPO)) and str(REPO) in folder_error(str(REPO))
+    assert "is empty" in folder_error("") and "is empty" in folder_error("  ")
+    assert folder_error(str(tmp_path / "run")) is None
 
 
 @pytest.mark.parametrize("name, extra", [("models", ()), ("click_logs", ("save_click_logs=true",))])
