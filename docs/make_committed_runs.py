@@ -131,10 +131,18 @@ def cache_pairs_table(subs: list[Path]) -> str:
     return "\n".join(rows)
 
 
+def _baseline_record(sub: Path) -> bool:
+    data = json.loads((sub / "results.json").read_text()) if (sub / "results.json").exists() else {}
+    return isinstance(data.get("summary"), dict) and "baseline_ratio" in data["summary"]
+
+
 def commit_table(folder: Path) -> str:
     subs = [p for p in folder.iterdir() if p.is_dir() and COMMIT_DIR.match(p.name)]
     if all(any(p.glob("pair*_cold.json")) for p in subs):
         return cache_pairs_table(sorted(subs, key=lambda p: p.name))
+    if not any(_baseline_record(p) for p in subs):  # run folders of their own: each one's title
+        rows = [f"| [{p.name}]({p.name}/results.md) | {title_of(p)} |" for p in sorted(subs, key=lambda p: p.name)]
+        return "\n".join(["| commit | the run at that commit |", "|---|---|", *rows])
     subs.sort(key=lambda p: (json.loads((p / "results.json").read_text()).get("started", "")
                              if (p / "results.json").exists() else "", p.name))
     head = ["| commit | started (UTC) | against | XLA cache, repeats | wall s there → here | wall ratio (per repeat) "
@@ -162,13 +170,23 @@ def with_table(text: str, table: str) -> str:
     return f"{before}{TABLE_BEGIN}\n{table}\n{TABLE_END}{after}"
 
 
+def _generated_or_absent(path: Path) -> bool:
+    if not path.exists():
+        return True
+    try:
+        return json.loads(path.read_text()).get("generated_by") == "docs/make_committed_runs.py"
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
 def expected_files() -> dict[Path, str]:
     out = {PAGE: page()}
     for md in sorted(RESULTS.glob("*/results.md")):
         text = md.read_text()
         if TABLE_BEGIN in text:
             out[md] = with_table(text, commit_table(md.parent))
-            out[md.parent / "results.json"] = commit_records(md.parent)
+            if _generated_or_absent(md.parent / "results.json"):  # a run's own record is never replaced
+                out[md.parent / "results.json"] = commit_records(md.parent)
     return out
 
 

@@ -106,3 +106,18 @@ def test_records_under_docs_results_are_not_ignored():
     for path in ("docs/results/some_run/results.json", "docs/results/some_run/command.txt",
                  "docs/results/some_run/ndcg_over_time.png"):
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 1, path
+
+
+def test_a_measure_folder_with_a_record_of_its_own_keeps_it(tmp_path, monkeypatch):
+    """A run folder that later measurements joined (``gpu_h100/a34da24/``): its table is generated, its own
+    results.json is left as it is."""
+    folder = tmp_path / "results" / "gpu_x"
+    (folder / "a34da24").mkdir(parents=True)
+    (folder / "a34da24" / "results.md").write_text("# Later run\n")
+    (folder / "results.json").write_text('{"the": "first run"}')
+    gen = _generator(monkeypatch, tmp_path)
+    (folder / "results.md").write_text(f"# First run\n\n{gen.TABLE_BEGIN}\n{gen.TABLE_END}\n")
+    (folder / "command.txt").write_text("python x.py\n")
+    assert gen.main([]) == 0
+    assert (folder / "results.json").read_text() == '{"the": "first run"}'
+    assert "| [a34da24](a34da24/results.md) | Later run |" in (folder / "results.md").read_text()
