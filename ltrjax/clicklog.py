@@ -1,24 +1,27 @@
 """Click logs as Parquet files: one row per session, written by the simulators and read back with checks.
 
-Schema (``SCHEMA``; the user manual's page docs/click-logs.md):
+Schema (``SCHEMA``, what the writers write; the user manual's page docs/click-logs.md):
 
 ============  ===================  ===========================================================
 column        type                 meaning
 ============  ===================  ===========================================================
-session_id    int64                unique id of the session
-time          int64                order of the sessions (the simulators: global session index)
+session_id    int64                id of the session (optional when reading: the row number)
+time          int64                order of the sessions (optional: the row number)
 query_id      int64                the query's ``qid`` in the LETOR data
 doc_ids       list<int32>          shown documents: 0-based index of the document among its
-                                   query's lines in the LETOR data (file order)
-positions     list<int16>          1-based display position of each shown document
-clicks        list<bool>           whether each shown document was clicked
-split         string               ``train``, ``vali`` or ``test``
+                                   query's lines in the LETOR data (file order); read also
+                                   under the name ``query_doc_ids``
+positions     list<int16>          1-based display position of each shown document (optional:
+                                   list order)
+clicks        list<bool>           whether each shown document was clicked (0/1 integers read)
+split         string               ``train``, ``vali`` or ``test`` (optional: ``train``)
 ============  ===================  ===========================================================
 
 ``doc_ids``, ``positions`` and ``clicks`` have equal lengths in every row; positions are unique
 within a row and may leave gaps (an empty slot). File metadata ``ltrjax.*`` records the schema
-version and the writer's facts (dataset, click model). In memory a log is a ``ClickLog`` of host
-arrays with one column per display position (``doc_ids`` -1 where a position is empty).
+version and the writer's facts (dataset, click model). Reading goes by record batches
+(``iter_click_log``); in memory a log is a ``ClickLog`` of host arrays with one column per display
+position (``doc_ids`` -1 where a position is empty).
 """
 
 from __future__ import annotations
