@@ -329,6 +329,11 @@ class ClickModelConfig:
         if self.kind == "matrix" and not self.matrix:
             raise ConfigError("matrix", self.matrix, "expected a list of rows M[label][position] for kind matrix")
 
+    def settings(self) -> dict:
+        """``kind`` and the keys this kind reads (``KIND_KEYS``): what a run records of its click model
+        (``resolved_config.yaml``, each row's settings in results.json)."""
+        return {"kind": self.kind, **{k: getattr(self, k) for k in KIND_KEYS[self.kind]}}
+
 
 # the relevance mapping of logged clicks (offline's ``click_model.relevance``, ``threshold``, ``noise``): read by
 # ``relevance``, not by the click model, so a click model built from an offline mapping leaves them out

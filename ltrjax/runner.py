@@ -186,7 +186,7 @@ def build_simulator(run: ResolvedRun, data, **sim_overrides) -> Simulator:
     a BM25 column, else ``dataset.warmup_feature``'s ranking, else none)."""
     run = as_run(run)
     sim_cfg = dataclasses.replace(run.sim, **sim_overrides) if sim_overrides else run.sim
-    click_model = make_click_model(dict(run.click_model), sim_cfg.top_k, y_max=data.y_max)
+    click_model = make_click_model(run.click_model, sim_cfg.top_k, y_max=data.y_max)
     feature = run.dataset["warmup_feature"]
     warmup = BM25(data) if data.bm25_column >= 0 else (BM25(data, feature=int(feature)) if feature else None)
     if warmup is None and sim_cfg.warmup_sessions_per_query:
@@ -210,7 +210,7 @@ def run_header(run: ResolvedRun, sim: Simulator, queryset: QuerySet | None) -> d
         "data_info": queryset.info if queryset is not None else None,
         "trials": run.trials,
         "seed": run.seed,
-        "click_model": dict(run.click_model),
+        "click_model": run.click_model.settings(),
         "sim": dataclasses.asdict(sim.config),
         "buckets": [list(b.labels.shape) for b in data.buckets],
     }
@@ -229,7 +229,7 @@ def row_settings(run: ResolvedRun, key: str, **sim_overrides) -> dict:
     run = as_run(run)
     sim = {**dataclasses.asdict(run.sim), **sim_overrides}
     return {"key": key, "experiment": {k: getattr(run.experiment, k) for k in ROW_EXPERIMENT_KEYS},
-            "algorithm": copy.deepcopy(run.algorithms[key]), "click_model": dict(run.click_model),
+            "algorithm": copy.deepcopy(run.algorithms[key]), "click_model": run.click_model.settings(),
             "sim": protocol_of(sim), "dataset": copy.deepcopy(run.dataset), "seed": run.seed}
 
 
@@ -435,7 +435,7 @@ class OnlineRun:
             path = self.out_dir / "click_logs" / safe_name(name) / f"trial{trial}.parquet"
             write_click_log(path, from_online_logs(best.logs, self.queryset, self.sim.data.split_of_query),
                             {"source": "online", "algorithm": name, "trial": trial, "dataset": self.sim.data.name,
-                             "click_model": dict(self.cfg.click_model)})
+                             "click_model": self.cfg.click_model.settings()})
 
     def objective(self, key: str | None = None) -> float:
         """Mean over trials of the validation-split Cum-NDCG of ``key`` (default: ebrank, else the first row)."""

@@ -156,9 +156,9 @@ class ResolvedRun:
     Every value is checked and every default filled in (defaults live in the schema dataclasses, nowhere else):
     the runners read attributes and never restate a default or re-check a value. ``experiment`` is the typed
     experiment block (``OnlineExperimentConfig``, ``OnlineTableExperimentConfig``, ``OfflineConfig`` with its
-    run-level keys filled in, ``FidelityConfig`` or a registered offline kind's schema). The blocks whose keys
-    depend on a choice stay plain mappings, complete and checked: ``click_model`` (the keys its kind reads),
-    ``algorithms`` ({key: ``_target_``, constructor options, ``fit`` with ``fit_overrides`` applied, ``tune``}),
+    run-level keys filled in, ``FidelityConfig`` or a registered offline kind's schema) and ``click_model`` the typed
+    ``ltrjax.clicks.ClickModelConfig`` (``to_config`` records the keys its kind reads). The blocks whose keys depend
+    on a choice stay plain mappings, complete and checked: ``algorithms`` ({key: ``_target_``, constructor options, ``fit`` with ``fit_overrides`` applied, ``tune``}),
     ``fit_overrides`` and ``dataset`` (a ``ltrjax.data.registry`` mapping). The online blocks are None for the
     offline kinds (they read none of them: ``ONLINE_ONLY``)."""
 
@@ -174,7 +174,7 @@ class ResolvedRun:
     sim: Optional[SimConfig] = None
     population: Optional[PopulationConfig] = None
     layout: Optional[LayoutConfig] = None
-    click_model: Optional[Dict[str, Any]] = None
+    click_model: Optional[ClickModelConfig] = None
     fit_overrides: Optional[Dict[str, Any]] = None
     algorithms: Optional[Dict[str, Dict[str, Any]]] = None
 
@@ -192,7 +192,10 @@ class ResolvedRun:
             value = getattr(self, name)
             if value is None and name in ONLINE_ONLY:
                 continue
-            out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            if isinstance(value, ClickModelConfig):
+                out[name] = value.settings()  # the keys its kind reads (the others would be refused)
+            else:
+                out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         return OmegaConf.create(out)
 
     def replace(self, **changes) -> ResolvedRun:
@@ -201,7 +204,7 @@ class ResolvedRun:
 
 # --------------------------------------------------------------------------- typing through OmegaConf
 # --------------------------------------------------------------------------- click models, datasets
-def check_click_model(mapping, where: str = "click_model") -> dict:
+def check_click_model(mapping, where: str = "click_model") -> ClickModelConfig:
     """A ``click_model`` mapping typed and checked; a key its kind does not read is refused (it would be ignored)."""
     model = typed(ClickModelConfig, mapping, where, label="click model")
     reads = KIND_KEYS[model.kind]
@@ -211,7 +214,7 @@ def check_click_model(mapping, where: str = "click_model") -> dict:
             raise ConfigError(f"{where}.{key}", mapping[key],
                               f"kind {model.kind!r} does not read it (it reads {', '.join(reads) or 'no other key'}); "
                               f"choose a click model with its own keys instead ({groups})")
-    return {"kind": model.kind, **{k: getattr(model, k) for k in reads}}
+    return model
 
 
 # --------------------------------------------------------------------------- algorithms
@@ -516,8 +519,8 @@ def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
         schema = OnlineExperimentConfig if kind == "online" else OnlineTableExperimentConfig
         ecfg = typed(schema, experiment, "experiment", label=f"{kind} experiment")
         run["experiment"] = ecfg
-        run["click_model"] = _plain(check_click_model(plain.get("click_model")))
-        if run["click_model"]["kind"] == "tiangong" and top.sim.top_k > 10:
+        run["click_model"] = check_click_model(plain.get("click_model"))
+        if run["click_model"].kind == "tiangong" and top.sim.top_k > 10:
             raise ConfigError("sim.top_k", top.sim.top_k, "expected at most 10 with click_model=tiangong "
                               "(its click matrix has 10 positions)")
         fit_overrides = check_fit_overrides(plain.get("fit_overrides"))

@@ -17,7 +17,7 @@ def test_every_shipped_click_model_is_named_by_its_config_choice():
     assert "ebrank_pbm" in names
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         for name in names:
-            cm = resolve(compose("config", overrides=[f"click_model={name}"])).click_model
+            cm = resolve(compose("config", overrides=[f"click_model={name}"])).click_model.settings()
             assert click_model_name(cm) == name, (name, cm)
             assert click_model_text(cm, "").startswith(f"`click_model={name}` ({cm['kind']}")
 

@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import pathlib
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -30,7 +31,7 @@ def test_default_config_resolves_to_the_typed_run():
     assert isinstance(run.sim, SimConfig) and isinstance(run.population, PopulationConfig)
     assert isinstance(run.layout, LayoutConfig) and isinstance(run.data, DataConfig) and isinstance(run.jax, JaxConfig)
     assert (type(run.seed), type(run.trials), type(run.progress), type(run.save_click_logs)) == (int, int, bool, bool)
-    assert set(run.click_model) == {"kind", *KIND_KEYS[run.click_model["kind"]]}
+    assert set(run.click_model.settings()) == {"kind", *KIND_KEYS[run.click_model.kind]}
     assert all("_target_" in a for a in run.algorithms.values()) and run.dataset["kind"] == "synthetic"
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.trials = 5  # type: ignore[misc]
@@ -147,3 +148,30 @@ def test_online_and_offline_click_models_share_one_set_of_defaults():
         click_model_config({"kind": "pbm", "examinaton": "log2"})
     for cfg in (None, {}, ClickModelConfig(), OfflineClickModel(examination="log2")):
         assert (make_click_model(cfg, 5).examination == make_click_model({"kind": "pbm"}, 5).examination).all()
+
+
+def test_the_click_model_reaches_the_simulator_typed(monkeypatch):
+    """From ``conf/click_model/trust_bias.yaml`` and a command-line override to ``make_click_model``: a typed
+    ``ClickModelConfig`` all the way (no mapping re-read with defaults of its own), and the model it builds is that
+    config's."""
+    from ltrjax import runner
+    from ltrjax.clicks import ClickModelConfig, examination, make_click_model, vardasbi_trust_epsilons
+    from ltrjax.data.toy import toy_queryset
+
+    overrides = ["click_model=trust_bias", "click_model.eps_minus_scale=0.4", "sim.top_k=4"]
+    run = resolve(composed(*overrides), overrides)
+    assert type(run.click_model) is ClickModelConfig and run.click_model.eps_minus_scale == 0.4
+    seen = []
+
+    def spy(cfg, *args, **kwargs):
+        seen.append(cfg)
+        return make_click_model(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "make_click_model", spy)
+    sim = runner.build_simulator(run, runner.padded_data(run, toy_queryset(n_queries=12, n_features=5)))
+    assert seen == [run.click_model] and isinstance(seen[0], ClickModelConfig)
+    theta = examination("inverse", 4)
+    eps_plus, eps_minus = vardasbi_trust_epsilons(4, 0.4)
+    np.testing.assert_allclose(np.asarray(sim.click_model.beta), theta * eps_minus, rtol=1e-6)
+    assert run.to_config().click_model == {"kind": "trust_bias", **{k: getattr(run.click_model, k)
+                                                                   for k in KIND_KEYS["trust_bias"]}}
