@@ -7,13 +7,17 @@ A run folder under ``docs/results/`` holds ``results.md`` (its title is the page
 ``results.json``, ``command.txt`` and small figures; arrays, saved models and logs are not tracked (.gitignore).
 A *measure* folder holds one subfolder per commit (``sweep_vs_93b7d10/0297e01/``), each a ``benchmarks/baseline.py``
 record or a run folder; its ``results.md`` carries the table over commits between the two ``TABLE_*`` markers.
+The page lists what git tracks there (a new folder once it is ``git add``-ed), so a run still being written beside
+the checkout changes nothing; outside a git checkout, every file but a run's outputs.
 ``tests/test_results_records.py`` checks that both files equal what this script writes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -38,15 +42,34 @@ when it is stale). Each entry's line is its `results.md` title.
 """
 
 
+@functools.lru_cache(maxsize=None)
+def tracked(results: Path) -> frozenset[Path] | None:
+    """The files under ``results`` that git tracks (the index: a new folder counts once ``git add``-ed), or None
+    outside a git checkout. The page lists what a clone has, not a run still being written beside it."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", "."], cwd=results, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return frozenset(results / name for name in out.decode().split("\0") if name)
+
+
+def _listed(path: Path) -> bool:
+    files = tracked(RESULTS)
+    if files is not None:
+        return path in files
+    return path.suffix not in NOT_LISTED_SUFFIXES and not path.name.startswith(".") and \
+        not set(path.relative_to(RESULTS).parts) & NOT_LISTED_DIRS
+
+
 def run_folders() -> list[Path]:
-    """Every folder under docs/results that is not a run's output folder, in path order."""
-    return sorted(p for p in RESULTS.rglob("*")
-                  if p.is_dir() and not set(p.relative_to(RESULTS).parts) & NOT_LISTED_DIRS)
+    """Every folder under docs/results holding a listed file (tracked; outside git: not a run's output), in order."""
+    files = [p for p in RESULTS.rglob("*") if p.is_file() and _listed(p)]
+    folders = {parent for p in files for parent in p.parents if parent != RESULTS and RESULTS in parent.parents}
+    return sorted(folders)
 
 
 def listed_files(folder: Path) -> list[Path]:
-    names = [p for p in folder.iterdir() if p.is_file() and p.suffix not in NOT_LISTED_SUFFIXES
-             and not p.name.startswith(".")]
+    names = [p for p in folder.iterdir() if p.is_file() and _listed(p)]
     first = {"results.md": 0, "results.json": 1, "command.txt": 2}
     return sorted(names, key=lambda p: (first.get(p.name, 3), p.name))
 

@@ -55,6 +55,8 @@ def test_the_check_fails_on_a_folder_the_page_does_not_list(tmp_path, monkeypatc
     assert gen.main([]) == 0 and gen.main(["--check"]) == 0
     assert "`some_run/`" in (tmp_path / "committed-runs.md").read_text()
     (tmp_path / "results" / "later_run").mkdir()
+    assert gen.main(["--check"]) == 0  # an empty folder is nothing a clone has
+    (tmp_path / "results" / "later_run" / "results.md").write_text("# A later run\n")
     assert gen.main(["--check"]) == 1
     assert "committed-runs.md differs" in capsys.readouterr().out
 
