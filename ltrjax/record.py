@@ -178,7 +178,7 @@ REPORTING_KEYS = ("history_splits",)
 # sim keys that change only how the same sessions are computed (the scanned slots and the schedule, where a
 # retrain filters its documents; results are bit for bit the same, tests/test_padding.py,
 # tests/test_retrain_documents.py): recorded in the header, ignored by resume and compare_runs.py
-PERFORMANCE_KEYS = ("segment_widths", "width_classes", "retrain_examples")
+PERFORMANCE_KEYS = ("segment_widths", "width_classes", "retrain_examples", "trial_setup")
 NON_PROTOCOL_KEYS = REPORTING_KEYS + PERFORMANCE_KEYS
 # algorithm keys that change only which host threads run the same fits (bit for bit the same fits,
 # tests/test_train.py; the default is the machine's core count): recorded in a row, ignored by resume

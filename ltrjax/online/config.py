@@ -21,6 +21,7 @@ HISTORY_SPLITS = ("test", "all")
 SEGMENT_WIDTHS = ("phase", "ladder", "classes")
 SESSION_COUNTS = ("ebrank", "ucbrank")
 RETRAIN_EXAMPLES = ("auto", "host", "device")
+TRIAL_SETUPS = ("auto", "host", "device")
 CLASS_STEPS = 64  # sim.segment_widths=classes: lanes per bucket sized for about this many steps per segment
 # the sim keys that change only what is reported (history_splits) or how fast (segment_widths, retrain_examples):
 # ltrjax.record.REPORTING_KEYS, PERFORMANCE_KEYS
@@ -70,6 +71,12 @@ class SimConfig:
     # and filtered by NumPy (faster on a 2-core CPU), "device" = filtered and compacted on the device, only the
     # eligible documents brought back (``retrain_documents``); "auto" = "device" on a GPU, else "host". Same examples
     retrain_examples: Annotated[str, OneOf(RETRAIN_EXAMPLES)] = "auto"
+    # where a population's trials are set up: "host" = session draws, initial states, lane plans and every segment's
+    # scan inputs made in NumPy per trial and member (``segment.host_producer``), "device" = made by jitted functions
+    # of the trial keys for every trial at once, nothing moved to the device between segments (``device_trial``;
+    # needs click_rng=device and segment_widths=phase); "auto" = "device" on a GPU or TPU, else "host" (on a 2-core
+    # CPU the host path is as fast: docs/performance.md). Same results either way (another valid lane plan)
+    trial_setup: Annotated[str, OneOf(TRIAL_SETUPS)] = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "initial_docs", tuple(self.initial_docs))
@@ -82,6 +89,14 @@ class SimConfig:
                               "(the default session count divides by it)")
         if self.max_lanes < self.min_lanes:
             raise ConfigError("max_lanes", self.max_lanes, f"expected at least min_lanes ({self.min_lanes})")
+        if self.trial_setup == "device" and self.click_rng == "host":
+            raise ConfigError("trial_setup", self.trial_setup, "expected host with click_rng=host: a device set-up "
+                              "draws the click uniforms in the step (click_rng=device); NumPy's would be moved to the "
+                              "device every segment")
+        if self.trial_setup == "device" and self.segment_widths != "phase":
+            raise ConfigError("trial_setup", self.trial_setup, f"expected host with segment_widths="
+                              f"{self.segment_widths}: a device set-up plans one width per bucket and phase "
+                              "(segment_widths=phase)")
         if self.n_segments % self.n_updates:
             raise ConfigError("refreshes", self.refreshes, f"expected a multiple of n_updates ({self.n_updates}): "
                               "models retrain at every refreshes/n_updates-th refresh")
@@ -92,12 +107,21 @@ class SimConfig:
         return cls(**strict_fields(cls, cfg, "sim"))  # __post_init__ makes initial_docs a tuple
 
     def resolved(self, backend: str | None = None) -> "SimConfig":
-        """This config with ``click_rng="auto"`` and ``retrain_examples="auto"`` made concrete for ``backend``
-        (default JAX's): ``"device"`` on a GPU, ``"host"`` elsewhere. The runner resolves before it records the
-        settings, so a results folder names the draws it used, and a rerun on another backend is refused rather
-        than mixing them (``retrain_examples`` changes no result: resume ignores it)."""
-        gpu = (backend or jax.default_backend()) == "gpu"
+        """This config with ``click_rng``, ``retrain_examples`` and ``trial_setup`` "auto" made concrete for
+        ``backend`` (default JAX's): ``"device"`` on a GPU (``trial_setup`` also on a TPU, and only with
+        ``segment_widths=phase``), ``"host"`` elsewhere; ``trial_setup=device`` makes ``click_rng`` "auto" device.
+        The runner resolves before it records the settings, so a results folder names the draws it used, and a rerun
+        on another backend is refused rather than mixing them (``retrain_examples`` and ``trial_setup`` change no
+        result: resume ignores them)."""
+        backend = backend or jax.default_backend()
+        gpu = backend == "gpu"
         auto = {k: "device" if gpu else "host" for k in ("click_rng", "retrain_examples") if getattr(self, k) == "auto"}
+        if self.trial_setup == "auto":
+            accelerator = backend in ("gpu", "tpu") and self.segment_widths == "phase"
+            auto["trial_setup"] = "device" if accelerator and auto.get("click_rng", self.click_rng) == "device" \
+                else "host"
+        if self.trial_setup == "device" and self.click_rng == "auto":
+            auto["click_rng"] = "device"
         return dataclasses.replace(self, **auto) if auto else self
 
     @property

@@ -55,11 +55,15 @@ class Caches:
       cum_weights: Cum-NDCG's weights (``metrics.cumulative_weights``), the longest so far.
       aux_bytes: per policy, one member's ``prepare`` output bytes (``memory.aux_bytes``).
       document_cells: the layout's cells for retrains that filter on the device (``retrain.document_cells``).
+      device_layout: the query layout on the device, for a trial set up there (``device_trial.DeviceSetup``).
+      init_programs: per policy, its members' vmapped ``init`` (``device_trial``).
     """
 
     cum_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.ones(0))
     aux_bytes: weakref.WeakKeyDictionary = dataclasses.field(default_factory=weakref.WeakKeyDictionary)
     document_cells: DocumentCells | None = None
+    device_layout: object = None
+    init_programs: weakref.WeakKeyDictionary = dataclasses.field(default_factory=weakref.WeakKeyDictionary)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,7 +85,7 @@ class SimContext:
       queries: per bucket, the same padded with a scratch row (``step.QueryConstants``).
       docs_per_query: i64 [Q] documents of every query (dataset order).
       n_lanes: per bucket, the configured lanes (``SimConfig.lanes_per_query``, clipped).
-      test_rows: per bucket, the rows of its test queries.
+      test_rows: per bucket, the rows of its test queries (host); ``test_rows_device`` the same on the device.
       trims_heap: whether freed heap pages go back to the OS (``memory.HEAP_TRIM_SLOTS``).
       caches: values computed when first needed (``Caches``).
     """
@@ -102,6 +106,7 @@ class SimContext:
     docs_per_query: np.ndarray
     n_lanes: tuple[int, ...]
     test_rows: tuple[np.ndarray, ...]
+    test_rows_device: tuple
     trims_heap: bool
     caches: Caches = dataclasses.field(default_factory=Caches)
 
@@ -123,6 +128,7 @@ def make_context(data: PaddedDataset, click_model: click_lib.ClickModel, config:
                                  uniform_rows=uniform_rows, device_rng=config.click_rng == "device")
     gains, idcg = bucket_gains(tuple(b.labels for b in data.buckets), tuple(b.doc_mask for b in data.buckets),
                                discount, data.y_max, config.relevance, config.relevance_eps_min)
+    test_rows = tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets)
     docs_per_query = np.zeros(data.n_queries, np.int64)  # documents of every query (dataset order)
     for b in data.buckets:
         docs_per_query[np.asarray(b.query_index)] = np.asarray(b.n_docs)
@@ -137,5 +143,5 @@ def make_context(data: PaddedDataset, click_model: click_lib.ClickModel, config:
         # the same padded with a zero scratch row, as the session step reads them (``step.QueryConstants``): once
         queries=tuple(step_lib.query_constants(b, g, i) for b, g, i in zip(data.buckets, gains, idcg)),
         docs_per_query=docs_per_query, n_lanes=n_lanes,
-        test_rows=tuple(np.flatnonzero(np.asarray(b.split) == TEST).astype(np.int32) for b in data.buckets),
+        test_rows=test_rows, test_rows_device=tuple(jax.device_put(r) for r in test_rows),
         trims_heap=sum(int(np.prod(b.labels.shape)) for b in data.buckets) >= memory.HEAP_TRIM_SLOTS)

@@ -37,7 +37,7 @@ def launch_evaluation(ctx: SimContext, policy: Policy, params, states, test_only
     aux = (None,) * len(picked) if prepared is None else pick(prepared)
     args = (ctx.protocol, params, pick(states), pick(ctx.data.buckets), pick(ctx.gains), pick(ctx.idcg))
     if test_only:  # one program for every bucket
-        results = programs.compiled(policy)["evaluate_rows"](*args, pick(ctx.test_rows), aux)
+        results = programs.compiled(policy)["evaluate_rows"](*args, pick(ctx.test_rows_device), aux)
     else:
         results = programs.compiled(policy)["evaluate"](*args, aux)
     return n_members, picked, test_only, results

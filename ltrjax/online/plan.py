@@ -37,6 +37,7 @@ class PlanMemory:
       widths: per segment count, the per-segment widths of ``sim.segment_widths=ladder`` (``segment_widths``).
       classes: width classes, (phase width per bucket, class widths per bucket) (``segment_widths``), or None.
       width_shapes: every per-segment width tuple used so far (one segment program each: ``width_sets``).
+      device_shapes: per phase, the lanes and steps of a trial set up on the device (``device_setup.PhaseShape``).
     """
 
     steps: dict = dataclasses.field(default_factory=dict)
@@ -44,6 +45,7 @@ class PlanMemory:
     widths: dict = dataclasses.field(default_factory=dict)
     classes: tuple | None = None
     width_shapes: set = dataclasses.field(default_factory=set)
+    device_shapes: dict = dataclasses.field(default_factory=dict)
 
 
 class ClassPlan(list):
@@ -269,17 +271,23 @@ def class_plans(ctx: SimContext, memo: PlanMemory, mains: list[SessionDraws], se
 
 def reachable_widths(ctx: SimContext, runs: list[SessionDraws]) -> tuple[int, ...]:
     """Per bucket, how many entry slots the documents of any query can fill in these sessions (each trial's
-    whole phase): the most initial documents plus the most entering sessions of one query, at least K (a list
-    of fewer than K entered documents shows empty slots, and ``lax.top_k`` gives them the lowest masked
-    indices, ``entered .. K-1``: within the first K, so they index the same slots narrowed or not), rounded up
-    to a multiple of 32 (few shapes to compile), at most the bucket's width."""
+    whole phase): ``widths_from_entering`` of the most entering sessions of every query."""
     entering = np.zeros(ctx.data.n_queries, np.int64)
     for draws in runs:
         entering = np.maximum(entering, np.bincount(draws.query[draws.enter], minlength=ctx.data.n_queries))
+    return widths_from_entering(ctx, entering)
+
+
+def widths_from_entering(ctx: SimContext, entering: np.ndarray) -> tuple[int, ...]:
+    """Per bucket, the entry slots to scan when query q sees at most ``entering[q]`` entering sessions (i64 [Q]):
+    the most initial documents plus the most entering sessions of one query, at least K (a list of fewer than K
+    entered documents shows empty slots, and ``lax.top_k`` gives them the lowest masked indices, ``entered .. K-1``:
+    within the first K, so they index the same slots narrowed or not), rounded up to a multiple of 32 (few shapes to
+    compile), at most the bucket's width."""
     widths = []
     for bucket in ctx.data.buckets:
         queries = np.asarray(bucket.query_index)
-        most = int(entering[queries].max()) if len(queries) else 0
+        most = int(np.asarray(entering)[queries].max()) if len(queries) else 0
         need = max(ctx.config.initial_docs[1] + most, ctx.config.top_k)
         widths.append(int(min(bucket.width, -(-need // 32) * 32)))
     return tuple(widths)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ltrjax.online import memory, protocol
+from ltrjax.online import memory, protocol, transfers
 from ltrjax.online.member_blocks import MemberBlocks
 from ltrjax.online.policies.base import MemberViews, Policy
 from ltrjax.online.results import concat_logs
@@ -95,9 +95,10 @@ def retrain_after(ctx: SimContext, run: MainPhase, i: int, params, states, views
     if run.policy.trains:
         tic = time.perf_counter()
         logs = [concat_logs(p) if run.collect_logs else None for p in run.pending]
-        params, infos = retrain(ctx, run.policy, protocol.fold_member_keys(run.trials, run.trial_of, "train", i),
-                                params, run.hyper, states, logs, views)
-        params = memory.shard(params)
+        with transfers.declared_transfers():  # the examples are made on the host by design
+            params, infos = retrain(ctx, run.policy, protocol.fold_member_keys(run.trials, run.trial_of, "train", i),
+                                    params, run.hyper, states, logs, views)
+            params = memory.shard(run.setup.retrained(params))
         memory.release_heap(ctx)
         run.timings["train"] += time.perf_counter() - tic
         for acc, info in zip(run.train_info, infos):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
-from ltrjax.online import host_random, memory, programs
+from ltrjax.online import host_random, memory, programs, transfers
 from ltrjax.online import step as step_lib
 from ltrjax.online.plan import ClassPlan
 from ltrjax.online.policies.base import Policy
@@ -42,6 +42,7 @@ class PreparedSegment:
     trial_of: np.ndarray  # trial index of every member
     widths: tuple | None = None  # per bucket: entry slots the segment program advances (None: every slot)
     bounds: tuple | None = None  # width classes: per bucket the first step of every class and the end ([C+1])
+    window: int | None = None  # a device-made segment: the session window its targets index (``device_phase``)
 
 
 def click_uniforms(run_key: jax.Array, first_session: int, n_sessions: int, n_rows: int, top_k: int) -> np.ndarray:
@@ -106,6 +107,7 @@ def host_producer(ctx: SimContext, segments: list, plans: list, run_keys: list, 
 def launch(ctx: SimContext, policy: Policy, params, hyper, states, segment: PreparedSegment):
     """Dispatch one prepared segment (asynchronously): returns the new states, the device outputs and the
     segment's ``prepare`` output for evaluation (``step.population_segment``)."""
+    transfers.count_host((params, hyper, states, segment.schedules, segment.keys), "segment")
     if segment.bounds is not None:
         widths = (segment.widths if policy.narrow_rows
                   else tuple((None,) * len(w) for w in segment.widths))

@@ -24,7 +24,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ltrjax import metrics
-from ltrjax.online import evaluate, memory, plan, programs, protocol, retrain, segment
+from ltrjax.online import evaluate, memory, plan, programs, protocol, retrain, segment, transfers
+from ltrjax.online.device_trial import DeviceSetup
+from ltrjax.online.host_trial import HostSetup
 from ltrjax.online.config import SPLITS
 from ltrjax.online.plan import PlanMemory
 from ltrjax.online.policies.base import Policy, SessionLog, member, stack_members
@@ -62,6 +64,7 @@ class MainPhase:
       timings: seconds spent simulating, training and evaluating (shared with the warm-up).
       bar: the progress bar (main sessions x real members).
       per_query: the last evaluation's per-query NDCG, {"warm"/"cold": [M, Q]}.
+      setup: how the trials are set up (``HostSetup`` or ``DeviceSetup``: refresh keys, retrained parameters).
     """
 
     policy: Policy
@@ -83,13 +86,19 @@ class MainPhase:
     timings: dict
     bar: Any
     per_query: dict | None = None
+    setup: Any = None
 
 
 def init_members(ctx: SimContext, policy: Policy, trials: list[TrialKeys], trial_of: np.ndarray, hypers: list):
-    """(parameters, typed hyper-parameters) of every member, stacked ([M, ...] leaves) and sharded: each member's
-    policy initialised from its trial's policy key."""
-    params = memory.shard(stack_members([policy.init(trials[t].policy, ctx.data) for t in trial_of]))
-    return params, memory.shard(stack_members(hypers))
+    """(parameters, typed hyper-parameters) of every member, stacked ([M, ...] leaves) and sharded, as the
+    configured set-up makes them (``make_setup``)."""
+    return make_setup(ctx, None, trials, trial_of).init_members(policy, hypers)
+
+
+def make_setup(ctx: SimContext, memo: PlanMemory | None, trials: list[TrialKeys], trial_of: np.ndarray):
+    """The population's ``TrialSetup``: ``DeviceSetup`` with ``sim.trial_setup=device``, else ``HostSetup``."""
+    memo = memo if memo is not None else PlanMemory()
+    return (DeviceSetup if ctx.config.trial_setup == "device" else HostSetup)(ctx, memo, trials, trial_of)
 
 
 def run_members(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: list, hypers: list, progress: bool,
@@ -97,80 +106,71 @@ def run_members(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: list, h
                 ) -> list[TrialResult]:
     """One population through the protocol: the warm-up, an optional retrain after it, the main phase
     segment by segment (``refresh`` before each, ``after_segment`` after it), then one ``TrialResult`` per
-    real member (the members padded to a multiple of the device count are dropped). ``make_producer`` makes the
-    main phase's segment inputs (``segment.host_producer``'s arguments; None: that one)."""
+    real member (the members padded to a multiple of the device count are dropped). The trials are set up by
+    ``make_setup``; ``make_producer`` replaces its main-phase producer (``segment.host_producer``'s arguments)."""
     n_real = len(keys)
     keys, hypers = memory.pad_to_devices(keys, hypers, jax.device_count())
     trial_of, trials = protocol.group_trials(keys)
+    setup = make_setup(ctx, memo, trials, trial_of)
     timings = {"simulate": 0.0, "train": 0.0, "evaluate": 0.0}
-    draws = [protocol.session_plan(ctx, t.plan) for t in trials]
-    params, hyper = init_members(ctx, policy, trials, trial_of, hypers)
-    states = warm_up(ctx, memo, trials, trial_of, draws, timings, kept_counters(policy.counters_read))
+    draws = setup.draws()
+    params, hyper = setup.init_members(policy, hypers)
+    states = warm_up(ctx, setup, draws, timings, kept_counters(policy.counters_read))
     train_info: list[list[dict]] = [[] for _ in range(len(keys))]
     if ctx.config.train_after_warmup and policy.trains:
         warm_keys = protocol.fold_member_keys(trials, trial_of, "train", protocol.WARMUP_RETRAIN)
-        params, infos = retrain.retrain(ctx, policy, warm_keys, params, hyper, states, [None] * len(keys))
+        with transfers.declared_transfers():
+            params, infos = retrain.retrain(ctx, policy, warm_keys, params, hyper, states, [None] * len(keys))
+        params = setup.retrained(params)
         for acc, info in zip(train_info, infos):
             acc.append(info)
-    run = main_phase(ctx, memo, policy, hyper, trials, trial_of, draws, train_info, timings, keep_logs, progress,
-                     n_real)
-    produce = (make_producer or segment.host_producer)(ctx, run.segments, run.plans, [t.run for t in trials],
-                                                       trial_of, run.widths)
+    run = main_phase(ctx, setup, policy, hyper, draws, train_info, timings, keep_logs, progress, n_real)
+    produce = (make_producer(ctx, run.segments, run.plans, [t.run for t in trials], trial_of, run.widths)
+               if make_producer is not None else setup.main_producer(run.segments, run.plans, run.widths))
     params, states = segment.run_segments(ctx, policy, params, hyper, states, len(run.segments), produce,
                                           before=functools.partial(refresh, run),
                                           after=functools.partial(after_segment, ctx, run), timings=timings,
-                                          logs=run.collect_logs)
+                                          logs=run.collect_logs, collect_outputs=setup.collect)
     run.bar.close()
     return trial_results(ctx, run, draws, params, states, n_real, keep_states)
 
 
-def warm_up(ctx: SimContext, memo: PlanMemory, trials: list[TrialKeys], trial_of: np.ndarray, draws: list,
-            timings: dict, names: tuple[str, ...] = STAT_NAMES) -> list:
+def warm_up(ctx: SimContext, setup, draws: list, timings: dict, names: tuple[str, ...] = STAT_NAMES) -> list:
     """Every trial's initial states, after its BM25 warm-up sessions (if any), one copy per member; the states
     keep the counters ``names`` (the main policy's), which the warm-up counts too."""
-    initial = [stack_members(s) for s in zip(*(protocol.host_init_states(ctx, t.init, names) for t in trials))]
+    initial = setup.initial_states(names)
     tic = time.perf_counter()
     warm_policy = ctx.warmup_policy
     if warm_policy is not None and len(draws[0][0]):
-        every = np.arange(len(trials))
-        warm_params = stack_members([warm_policy.init(t.policy, ctx.data) for t in trials])
-        warm_hyper = stack_members([warm_policy.default_hyper()] * len(trials))
-        warmups = [d[0] for d in draws]
-        produce = segment.host_producer(ctx, [warmups], [plan.plan(ctx, memo, warmups, phase="warmup")],
-                                        [t.run for t in trials], every, [plan.reachable_widths(ctx, warmups)])
-        _, initial = segment.run_segments(ctx, warm_policy, warm_params, warm_hyper, initial, 1, produce)
-    # one copy per member, leaf by leaf (nothing to copy when every member is its own trial)
-    if np.array_equal(trial_of, np.arange(len(trials))):
-        states = list(initial)
-    else:
-        states = [memory.per_member([initial.pop(0)], trial_of) for _ in range(len(initial))]
+        warm_params, warm_hyper = setup.warmup_members(warm_policy)
+        _, initial = segment.run_segments(ctx, warm_policy, warm_params, warm_hyper, initial, 1,
+                                          setup.warmup_producer(draws))
+    states = setup.member_states(initial)
     memory.release_heap(ctx)
     timings["simulate"] += time.perf_counter() - tic
     return states
 
 
-def main_phase(ctx: SimContext, memo: PlanMemory, policy: Policy, hyper, trials: list[TrialKeys],
-               trial_of: np.ndarray, draws: list, train_info: list[list[dict]], timings: dict, keep_logs: bool,
-               progress: bool, n_real: int) -> MainPhase:
+def main_phase(ctx: SimContext, setup, policy: Policy, hyper, draws: list, train_info: list[list[dict]],
+               timings: dict, keep_logs: bool, progress: bool, n_real: int) -> MainPhase:
     """The main phase's segments and empty accumulators (``MainPhase``)."""
-    n_members, n_main = len(trial_of), len(draws[0][1])
-    points, starts, segments, plans = plan.main_segments(ctx, memo, [d[1] for d in draws], n_main)
+    n_members, n_main = len(setup.trial_of), len(draws[0][1])
+    points, starts, segments, plans, widths = setup.main_plan([d[1] for d in draws], n_main)
     bar = tqdm(total=n_main * n_real, desc=f"{policy.name} x{n_real}" if n_real > 1 else policy.name,
                unit="sess", disable=None if progress else True, leave=False)  # None: off on non-TTY
-    return MainPhase(policy=policy, hyper=hyper, trials=trials, trial_of=trial_of, n_real=n_real,
-                     segments=segments, plans=plans, starts=starts, points=points,
-                     widths=plan.segment_widths(ctx, memo, [d[1] for d in draws], points),
+    return MainPhase(policy=policy, hyper=hyper, trials=setup.trials, trial_of=setup.trial_of, n_real=n_real,
+                     segments=segments, plans=plans, starts=starts, points=points, widths=widths,
                      session_ndcg=np.zeros((n_members, n_main), np.float32),
                      history=[[] for _ in range(n_members)], train_info=train_info,
                      logs=[[] for _ in range(n_members)] if keep_logs else None,
                      pending=[[] for _ in range(n_members)],
-                     collect_logs=keep_logs or (policy.trains and policy.reads_logs), timings=timings, bar=bar)
+                     collect_logs=keep_logs or (policy.trains and policy.reads_logs), timings=timings, bar=bar,
+                     setup=setup)
 
 
 def refresh(run: MainPhase, i: int, params):
     """Before segment ``i``: the policy's per-segment refresh (e.g. a new dropout mask)."""
-    keys = protocol.fold_member_keys(run.trials, run.trial_of, "policy", 1, i)
-    return programs.compiled(run.policy)["refresh"](keys, params)
+    return programs.compiled(run.policy)["refresh"](run.setup.refresh_keys(i), params)
 
 
 def after_segment(ctx: SimContext, run: MainPhase, i: int, params, states, outputs, prepared):
@@ -182,7 +182,8 @@ def after_segment(ctx: SimContext, run: MainPhase, i: int, params, states, outpu
     # a retrain from the counters (not the logs) has its views launched first, then the evaluation: the host
     # builds the retrain's examples from the views while the device evaluates (the same programs and results)
     from_counters = ctx.config.retrains_after(i) and run.policy.trains and not run.policy.reads_logs
-    views = retrain.policy_views(ctx, run.policy, states, len(run.trial_of), launch=True) if from_counters else None
+    with transfers.declared_transfers():  # the retrain's views: its block starts are host numbers
+        views = retrain.policy_views(ctx, run.policy, states, len(run.trial_of), launch=True) if from_counters else None
     evaluation = launch_evaluation_members(ctx, run, i, params, states, prepared)
     if run.collect_logs:
         record_logs(run, i, shown, clicked, record)
@@ -285,18 +286,22 @@ def run_population(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: Sequ
 def simulate_frozen(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: Sequence[jax.Array],
                     hypers: Sequence | None = None, n_sessions: int | None = None) -> tuple[list[BucketState], int]:
     """``Simulator.simulate_frozen``: the main-phase sessions of every member with the policy frozen at its initial
-    parameters (no warm-up, retraining or evaluation); (final states, blocked until ready; sessions per member)."""
+    parameters (no warm-up, retraining or evaluation); (final states, blocked until ready; sessions per member).
+    ``n_sessions`` (fewer than the protocol's) needs the host set-up, whose plans cover any prefix."""
     keys = list(keys)
     hypers = protocol.resolve_hypers(policy, hypers, len(keys))
     trial_of, trials = protocol.group_trials(keys)
-    mains = [protocol.session_plan(ctx, t.plan)[1] for t in trials]
-    n_main = min(len(mains[0]), n_sessions or len(mains[0]))
-    points, _, segments, plans = plan.main_segments(ctx, memo, mains, n_main)
-    params, hyper = init_members(ctx, policy, trials, trial_of, hypers)
-    names = kept_counters(policy.counters_read)
-    initial = [stack_members(s) for s in zip(*(protocol.host_init_states(ctx, t.init, names) for t in trials))]
-    states = [jax.tree_util.tree_map(lambda a: a[trial_of], s) for s in initial]
-    produce = segment.host_producer(ctx, segments, plans, [t.run for t in trials], trial_of,
-                                    plan.segment_widths(ctx, memo, mains, points))
-    _, states = segment.run_segments(ctx, policy, params, hyper, states, len(segments), produce)
+    setup = make_setup(ctx, memo, trials, trial_of)
+    n_full = protocol.session_counts(ctx)[1]
+    n_main = min(n_full, n_sessions or n_full)
+    if n_main < n_full and isinstance(setup, DeviceSetup):
+        raise ValueError(f"simulate_frozen of {n_main} of {n_full} sessions needs sim.trial_setup=host (a device "
+                         "set-up plans the protocol's segments); set sim.sessions instead")
+    mains = [d[1] for d in setup.draws()] if isinstance(setup, HostSetup) else None  # the device's stay there
+    points, _, segments, plans, widths = setup.main_plan(mains, n_main)
+    params, hyper = setup.init_members(policy, hypers)
+    initial = setup.initial_states(kept_counters(policy.counters_read))
+    states = setup.member_states(initial)
+    produce = setup.main_producer(segments, plans, widths)
+    _, states = segment.run_segments(ctx, policy, params, hyper, states, len(points), produce)
     return states, n_main
