@@ -390,8 +390,9 @@ class OnlineRun:
             if written:
                 self.writer.write()
             if keys:
-                log.info("%s %-24s %d trials x %d grid values = %d members in %.1f s", self.label, name,
-                         len(simulate), len(grid), len(keys), wall)
+                log.info("%s %-24s %s x %d grid value%s = %d member%s in %.1f s", self.label, name,
+                         trials_phrase(len(simulate)), len(grid), "s" * (len(grid) != 1), len(keys),
+                         "s" * (len(keys) != 1), wall)
             for m in [m for t in trials for m in ids[t]]:  # drop what no later row needs
                 if m in wanted:
                     wanted[m].discard(key)

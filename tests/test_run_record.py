@@ -107,6 +107,7 @@ def test_reports_say_what_they_are(finished):
     text = (out / "results.md").read_text()
     assert "Cum-NDCG@4" in text and "Warm-NDCG@4" in text and "@5" not in text
     assert "±" not in text and "1 trials" not in text and "1 trial" in text
+    assert "random_k                 1 trial x 1 grid value = 1 member in" in (out / "run.log").read_text()
     head = text.split("| algorithm |")[0]
     for words in ("**Dataset**: synthetic", "**Click model**: `click_model=ebrank_pbm` (pbm, examination log2", "**Protocol**: 200 sessions", "top-K 4",
                   "**Seed** 0", "commit "):
