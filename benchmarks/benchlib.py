@@ -8,6 +8,8 @@ fails loudly, instead of silently measuring something else, when the library's A
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import inspect
 import json
 import math
@@ -388,7 +390,7 @@ class Stopwatch:
 
     def __enter__(self) -> "Stopwatch":
         for name, (owner, attr) in self.targets.items():
-            if isinstance(owner, dict):
+            if isinstance(owner, MutableMapping):
                 if attr not in owner:
                     self.wall[name] = self.cpu[name] = None
                     continue
@@ -410,6 +412,34 @@ class Stopwatch:
         for restore in reversed(self._restore):
             restore()
         self._restore = []
+
+
+SETUP_PARTS = ("session_plan", "init_states", "policy_init", "device_phase", "member_states")  # setup_seconds
+PLAN_PARTS = ("plan",)  # planning_seconds (the host's lane plans; a device set-up plans inside segment_plan)
+
+
+def trial_targets(sim, policy, trial_setup: str) -> tuple[dict, tuple[str, ...]]:
+    """(Stopwatch targets, the names of the compiled programs among them) of ``simulate_frozen`` under
+    ``trial_setup`` (``sessions_per_sec.py``, ``end_to_end.py``): the set-up's parts (module or class attributes: every caller reaches them there) and every
+    compiled program the trial launches (the segment program; with a device set-up also its draws, summaries,
+    initial states, member copies, parameters, per-segment inputs and outputs; a trial's evaluations and refreshes)."""
+    from ltrjax.online import device_phase, device_setup, device_trial, plan, programs, protocol
+
+    compiled = programs.compiled(policy)
+    runs = {name: (compiled, name) for name in ("segment", "evaluate", "evaluate_rows", "refresh")}
+    if trial_setup == "host":
+        return ({"session_plan": (protocol, "session_plan"), "init_states": (protocol, "host_init_states"),
+                 "policy_init": (policy, "init"), "plan": (plan, "plan"), **runs}, tuple(runs))
+    setup = device_trial.DeviceSetup
+    names = {"draw": (device_setup, "_draw"), "phase_loads": (device_setup, "phase_loads"),
+             "split_plan_keys": (device_setup, "split_plan_keys"), "device_init_states": (device_setup, "init_states"),
+             "segment_plan": (device_setup, "segment_plan"), "take_members": (device_trial, "_take_members"),
+             "init_program": (sim.context.caches.init_programs, policy),
+             "session_outputs": (device_phase, "session_outputs"), "refresh_keys": (device_phase, "refresh_keys"),
+             **runs}
+    parts = {"device_phase": (setup, "_phase"), "policy_init": (setup, "init_members"),
+             "init_states": (setup, "initial_states"), "member_states": (setup, "member_states")}
+    return {**parts, **names}, tuple(names)
 
 
 def call_by_name(fn, **available):

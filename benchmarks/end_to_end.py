@@ -3,6 +3,7 @@
     python benchmarks/end_to_end.py                          # MQ2007-sized synthetic data (1692 queries)
     python benchmarks/end_to_end.py --preset synthetic_mslr30k
     python benchmarks/end_to_end.py --smoke --json           # 60 queries, 1,500 sessions, one retrain: seconds
+    python benchmarks/end_to_end.py --json --breakdown sim.trial_setup=device   # and where a warm run's wall goes
 
 The run is what ``python -m ltrjax.run`` does for one EBRank trial (conf/config.yaml composed with Hydra:
 its sim block and click model, conf/algorithm/ebrank.yaml through ``ltrjax.runner.make_policy``, BM25
@@ -21,8 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (CompileMeter, add_online_arguments, emit, load_data, load_run, machine, ratio,  # noqa: E402
-                      online_overrides, simulator_prepare_sharing, use_compilation_cache)
+from benchlib import (PLAN_PARTS, SETUP_PARTS, CompileMeter, Stopwatch, add_online_arguments, emit,  # noqa: E402
+                      load_data, load_run, machine, online_overrides, ratio, simulator_prepare_sharing, trial_targets,
+                      use_compilation_cache)
 
 
 
@@ -32,6 +34,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--occupancy-only", action="store_true",
                         help="only the main phase's doc_slot_occupancy and scanned widths, from the trial's plans "
                              "(nothing is simulated or compiled; a minute at synthetic_mslr30k shape)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="after the cold run, two warm runs of the same trial: where the wall goes (programs, "
+                             "retrains, host work) and the bytes moved to the device ('warm_breakdown')")
     add_online_arguments(parser, "60 queries, 1,500 sessions in 2 segments (one retrain)")
     args = parser.parse_args(argv)
 
@@ -59,6 +64,7 @@ def main(argv=None) -> dict:
         jax.block_until_ready(result.final_params)
         t_run = time.perf_counter() - tic
     warm, main_ = sim.session_counts()
+    where = wall_breakdown(sim, policy, trial_key(cfg, 0)) if args.breakdown else {}
     occupancy = sim.doc_slot_occupancy(policy, [trial_key(cfg, 0)])  # the run's plans again (deterministic)
     sharing = simulator_prepare_sharing(sim, policy, trial_key(cfg, 0))
     timings = {k: float(v) for k, v in result.timings.items()}
@@ -77,8 +83,42 @@ def main(argv=None) -> dict:
            "timings": timings, "retrains": len([i for i in result.train_info if not i.get("skipped")]),
            "cum_ndcg": result.cum_ndcg["test"], "warm_ndcg": result.warm_ndcg, "cold_ndcg": result.cold_ndcg,
            "click_rng": str(cfg.sim.click_rng), "retrain_examples": str(cfg.sim.retrain_examples),
-           "segment_widths": str(cfg.sim.segment_widths), "overrides": list(args.overrides), **machine()}
+           "segment_widths": str(cfg.sim.segment_widths), "trial_setup": sim.config.trial_setup,
+           "warm_breakdown": where, "overrides": list(args.overrides), **machine()}
     return emit(out, args.json)
+
+
+def wall_breakdown(sim, policy, key) -> dict:
+    """Where a warm run's wall goes (the same trial again, its programs compiled): ``wall_seconds`` of a plain run;
+    ``program_seconds``, every compiled program of the trial (segments, evaluations, refreshes, a device set-up's
+    programs; ``benchlib.trial_targets``) in a second run that waits for each; ``train_seconds``, the retrains
+    (host examples and fits); ``host_seconds`` the rest (wall minus programs and retrains: the Python and NumPy
+    work); ``setup_seconds`` and ``planning_seconds`` inside them; the bytes put on the device by the set-up and per
+    segment (``transfers.TransferMeter``)."""
+    import jax
+
+    from ltrjax.online import transfers
+
+    def run(block: bool) -> dict:
+        targets, programs = trial_targets(sim, policy, sim.config.trial_setup)
+        with Stopwatch(targets, block=programs if block else ()) as watch, transfers.TransferMeter() as moved:
+            tic = time.perf_counter()
+            result = sim.run(policy, key, progress=False)
+            jax.block_until_ready(result.final_params)
+            wall = time.perf_counter() - tic
+        return {"wall": wall, "program": sum(watch.wall[k] or 0.0 for k in programs), "watch": watch,
+                "train": float(result.timings.get("train", 0.0)), "moved": moved.bytes,
+                "parts": {k: watch.wall[k] for k in programs}}
+
+    plain, blocking = run(False), run(True)
+    segments = sim.config.n_segments + (1 if sim.warmup_policy is not None else 0)
+    return {"wall_seconds": plain["wall"], "program_seconds": blocking["program"], "train_seconds": plain["train"],
+            "host_seconds": plain["wall"] - blocking["program"] - plain["train"],
+            "setup_seconds": sum(plain["watch"].wall.get(k) or 0.0 for k in SETUP_PARTS),
+            "planning_seconds": sum(plain["watch"].wall.get(k) or 0.0 for k in PLAN_PARTS),
+            "program_parts": blocking["parts"], "h2d_setup_bytes": plain["moved"].get("setup", 0),
+            "h2d_bytes_per_segment": plain["moved"].get("segment", 0) / segments,
+            "h2d_retrain_bytes": plain["moved"].get("retrain", 0)}
 
 
 def occupancy_only(sim, policy, key, preset: str, n_queries: int) -> dict:

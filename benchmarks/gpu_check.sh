@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Issue 22's GPU measurements in one run, from the repository root of a machine with a GPU:
+# Issue 40's GPU measurements (the trial set up on the device) in one run, from the repository root of a machine
+# with a GPU, then issue 22's remaining ones when the budget allows:
 #   1. the carried wheels (.whl/*.whl: hydra-core, omegaconf, antlr4-python3-runtime, rax) unpacked into $SITE;
 #   2. the machine: nvidia-smi, Python, JAX and its devices (stops here unless JAX's backend is a GPU);
 #   3. a smoke run (sessions_per_sec.py --smoke), which stops the script if the project does not run;
-#   4. benchmarks/sweep.py, 35 members (5 seeds x 7 epsilon values) with the GPU defaults: fits vmapped in blocks
-#      (fit.member_batch=null: 8 on a GPU, or MEMBER_BATCH), sim.click_rng=auto and sim.retrain_examples=auto
-#      (both device on a GPU);
-#   5. the same sweep with one fit after another (fit.member_batch=1), on the same machine (SWEEP1=0: skipped);
-#   6. the exactness tests on the GPU (TESTS: tests/test_train.py, tests/test_population.py,
-#      tests/test_device_rng.py, tests/test_retrain_documents.py), at XLA's default optimisation level;
-#   7. where a retrain filters its documents: one EBRank trial per preset in RETRAIN_PRESETS, sim.retrain_examples
-#      device and host in one process (settings_ab.py: each once untimed, then RETRAIN_ROUNDS rounds alternating;
-#      RETRAIN_PRESETS empty: skipped);
-#   8. segment widths: a population of WIDTHS_MEMBERS EBRank trials at WIDTHS_PRESET shape (WIDTHS_QUERIES queries),
-#      sim.segment_widths phase and classes in one process (settings_ab.py, 2 rounds; WIDTHS=0: skipped);
-#   9. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 (SPS_POPULATIONS; empty: skipped).
+#   4. benchmarks/sessions_per_sec.py, EBRank at populations 1, 8, 64, 256 (SPS_POPULATIONS), sim.trial_setup host
+#      and device per population (sim.click_rng=device in both): wall, every program's seconds, host seconds,
+#      set-up and planning, bytes moved to the device per segment (issue 40: wall / program, device / host);
+#   5. benchmarks/end_to_end.py --breakdown, one EBRank trial, trial_setup host then device (warm breakdown);
+#   6. benchmarks/trial_setup_check.py: EBRank, the 35-member sweep, PDGD and UCBRank-IE, device set-up equal to the
+#      host's bit for bit on this backend (CHECK=0: skipped);
+#   7. benchmarks/sweep.py, 35 members (5 seeds x 7 epsilon values) with the GPU defaults (trial_setup, click_rng
+#      and retrain_examples auto: device on a GPU; fits vmapped in blocks, MEMBER_BATCH): still exact, same epsilon;
+#   8. the same sweep with one fit after another (fit.member_batch=1; SWEEP1=1 runs it, default skipped);
+#   9. the exactness tests on the GPU (TESTS: tests/test_device_trial.py, tests/test_population.py,
+#      tests/test_device_rng.py), at XLA's default optimisation level;
+#  10. where a retrain filters its documents (RETRAIN_PRESETS, settings_ab.py; default: skipped) and segment widths
+#      phase vs classes (WIDTHS=1; default skipped): issue 22's, measured at a34da24 (docs/results/gpu_h100_a34da24).
 # Each step runs under `timeout`, within one budget for the whole script ($BUDGET seconds), so one hang
 # cannot eat the machine's time; a step that the budget no longer allows is skipped and said so. Files written to
 # $OUT (flat): log.txt (everything) and NAME.{log,json} per step. A step's JSON is its last output line, kept only
@@ -23,11 +25,11 @@
 #   bash benchmarks/gpu_check.sh                     # on the GPU machine (OUT=folder; default /tmp/gpu_check)
 #   SMOKE=1 bash benchmarks/gpu_check.sh             # anywhere (minutes on a 2-core CPU): --smoke sizes
 #
-# Settings (environment): PYTHON (python3), OUT, BUDGET (420 s), SITE (/tmp/site), CACHE (persistent XLA cache,
-# /tmp/ltrjax-xla), SPS_QUERIES (1000: at 4000 queries the host-side session draws of 256 members take minutes),
-# SPS_POPULATIONS (1,8,64,256), MEMBER_BATCH (empty: the backend's default), SWEEP1 (1), TESTS, RETRAIN_PRESETS
-# (synthetic_mq2007 synthetic_mslr30k), RETRAIN_ROUNDS (2), WIDTHS (1), WIDTHS_PRESET (synthetic_mslr30k),
-# WIDTHS_QUERIES (8000), WIDTHS_MEMBERS (8), REQUIRE_GPU (1; 0 with SMOKE=1). docs/results/gpu/README.md.
+# Settings (environment): PYTHON (python3), OUT, BUDGET (480 s), SITE (/tmp/site), CACHE (persistent XLA cache,
+# /tmp/ltrjax-xla), SPS_QUERIES (1000), SPS_POPULATIONS (1,8,64,256), CHECK (1), MEMBER_BATCH (empty: the backend's
+# default), SWEEP (1), SWEEP1 (0), TESTS, RETRAIN_PRESETS (empty), RETRAIN_ROUNDS (2), WIDTHS (0), WIDTHS_PRESET
+# (synthetic_mslr30k), WIDTHS_QUERIES (8000), WIDTHS_MEMBERS (8), REQUIRE_GPU (1; 0 with SMOKE=1).
+# docs/results/gpu/README.md.
 set -u -o pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -35,17 +37,19 @@ ROOT=$PWD
 PY=${PYTHON:-python3}
 SMOKE=${SMOKE:-0}
 OUT=${OUT:-/tmp/gpu_check}
-BUDGET=${BUDGET:-420}
+BUDGET=${BUDGET:-480}
 SITE=${SITE:-/tmp/site}
 CACHE=${CACHE:-/tmp/ltrjax-xla}
 SPS_QUERIES=${SPS_QUERIES:-1000}
 SPS_POPULATIONS=${SPS_POPULATIONS-1,8,64,256}  # set but empty: skipped
 MEMBER_BATCH=${MEMBER_BATCH:-}
-SWEEP1=${SWEEP1:-1}
-TESTS=${TESTS-tests/test_train.py tests/test_population.py tests/test_device_rng.py tests/test_retrain_documents.py}
-RETRAIN_PRESETS=${RETRAIN_PRESETS-synthetic_mq2007 synthetic_mslr30k}  # set but empty: skipped
+SWEEP=${SWEEP:-1}
+SWEEP1=${SWEEP1:-0}
+CHECK=${CHECK:-1}
+TESTS=${TESTS-tests/test_device_trial.py tests/test_population.py tests/test_device_rng.py}
+RETRAIN_PRESETS=${RETRAIN_PRESETS-}  # e.g. "synthetic_mq2007 synthetic_mslr30k"; empty: skipped
 RETRAIN_ROUNDS=${RETRAIN_ROUNDS:-2}
-WIDTHS=${WIDTHS:-1}
+WIDTHS=${WIDTHS:-0}
 WIDTHS_PRESET=${WIDTHS_PRESET:-synthetic_mslr30k}
 WIDTHS_QUERIES=${WIDTHS_QUERIES:-8000}
 WIDTHS_MEMBERS=${WIDTHS_MEMBERS:-8}
@@ -121,32 +125,52 @@ if sys.argv[1] == "1" and jax.default_backend() != "gpu":
     sys.exit(f"JAX's backend is {jax.default_backend()!r}, not a GPU (REQUIRE_GPU=0 runs anyway)")
 EOF
 
-    local smoke=() sps=skipped sweep sweep1=skipped tests=skipped retrain=skipped widths=skipped preset
+    local smoke=() sps=skipped e2e=0 check=skipped sweep=skipped sweep1=skipped tests=skipped retrain=skipped
+    local widths=skipped preset setup
     [ "$SMOKE" = 1 ] && smoke=(--smoke)
     # 3. the smoke run: everything the benchmarks import and compile, at tiny sizes (the backend's defaults)
     step smoke 150 "$PY" benchmarks/sessions_per_sec.py --smoke --families ebrank --reference-sessions 100 --json \
         --cache-dir "$CACHE" \
         || { echo "=== ABORT: the smoke run failed (above); nothing else was run"; return 4; }
 
-    # 4. the sweep with the backend's defaults (at --smoke: 2 seeds x 2 values, 60 queries)
-    step sweep 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} ${MEMBER_BATCH:+--member-batch "$MEMBER_BATCH"} \
-        --cache-dir "$CACHE"
-    sweep=$?
-    # 5. the same with one fit after another
+    # 4. sessions per second, trials set up on the host and on the device (at --smoke: populations 1, 2)
+    if [ -n "$SPS_POPULATIONS" ]; then
+        step sessions_per_sec 240 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --families ebrank \
+            --populations "$SPS_POPULATIONS" --queries "$SPS_QUERIES" --repeats 1 --reference-sessions 5000 \
+            --trial-setups host,device --progress-json --cache-dir "$CACHE" sim.click_rng=device
+        sps=$?
+    fi
+    # 5. one whole EBRank trial, cold, then where a warm run's wall goes; host then device set-up
+    for setup in host device; do
+        step "end_to_end_$setup" 120 "$PY" benchmarks/end_to_end.py ${smoke[@]+"${smoke[@]}"} --json --breakdown \
+            --cache-dir "$CACHE" sim.click_rng=device "sim.trial_setup=$setup" || e2e=1
+    done
+    # 6. the device set-up equal to the host's on this backend (35-member sweep; at --smoke 2 seeds x 2 values)
+    if [ "$CHECK" = 1 ]; then
+        step trial_setup_check 240 "$PY" benchmarks/trial_setup_check.py ${smoke[@]+"${smoke[@]}"} --json \
+            --cache-dir "$CACHE"
+        check=$?
+    fi
+    # 7. the sweep with the backend's defaults (at --smoke: 2 seeds x 2 values, 60 queries)
+    if [ "$SWEEP" = 1 ]; then
+        step sweep 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} \
+            ${MEMBER_BATCH:+--member-batch "$MEMBER_BATCH"} --cache-dir "$CACHE"
+        sweep=$?
+    fi
+    # 8. the same with one fit after another
     if [ "$SWEEP1" = 1 ]; then
         step sweep_member_batch1 240 "$PY" benchmarks/sweep.py ${smoke[@]+"${smoke[@]}"} --member-batch 1 \
             --cache-dir "$CACHE"
         sweep1=$?
     fi
-    # 6. exactness on this backend (population = members, blocks of fits, device clicks, device retrain filter)
+    # 9. exactness on this backend (device set-up, population = members, device clicks)
     if [ -n "$TESTS" ]; then
         # shellcheck disable=SC2086  # TESTS is a list of paths
         step tests 200 env LTRJAX_TEST_XLA_OPT=default LTRJAX_TEST_XLA_CACHE="$CACHE-tests" "$PY" -m pytest \
             -p no:cacheprovider -n 4 -q $TESTS
         tests=$?
     fi
-    # 7. a retrain's document filter on the host or the device: one process per preset (data loaded once), each
-    #    value run once untimed, then rounds alternating (settings_ab.py)
+    # 10. issue 22's: a retrain's document filter host or device, and segment widths phase or classes
     if [ -n "$RETRAIN_PRESETS" ]; then
         retrain=0
         for preset in $RETRAIN_PRESETS; do
@@ -155,24 +179,16 @@ EOF
                 || retrain=1
         done
     fi
-    # 8. segment widths: one width per phase, or width classes (more slots filled, more program copies), a
-    #    population of WIDTHS_MEMBERS EBRank trials, whole runs (retrains included)
     if [ "$WIDTHS" = 1 ]; then
         step widths 240 "$PY" benchmarks/settings_ab.py sim.segment_widths phase,classes ${smoke[@]+"${smoke[@]}"} \
             --json --preset "$WIDTHS_PRESET" --queries "$WIDTHS_QUERIES" --members "$WIDTHS_MEMBERS" --rounds 2 \
             --cache-dir "$CACHE"
         widths=$?
     fi
-    # 9. sessions per second (at --smoke: populations 1, 2 and 60 queries)
-    if [ -n "$SPS_POPULATIONS" ]; then
-        step sessions_per_sec 210 "$PY" benchmarks/sessions_per_sec.py ${smoke[@]+"${smoke[@]}"} --families ebrank \
-            --populations "$SPS_POPULATIONS" --queries "$SPS_QUERIES" --repeats 1 --reference-sessions 5000 \
-            --progress-json --cache-dir "$CACHE"
-        sps=$?
-    fi
 
-    echo "=== summary ($((SECONDS - START))s; exit codes: sweep $sweep, sweep_member_batch1 $sweep1, tests $tests," \
-         "retrain $retrain, widths $widths, sessions_per_sec $sps)"
+    echo "=== summary ($((SECONDS - START))s; exit codes: sessions_per_sec $sps, end_to_end $e2e," \
+         "trial_setup_check $check, sweep $sweep, sweep_member_batch1 $sweep1, tests $tests, retrain $retrain," \
+         "widths $widths)"
     "$PY" - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -184,11 +200,27 @@ if s:
     print("sessions_per_sec:", s.get("backend"), s.get("device_kind"), "jax", s.get("jax_version"),
           "click_rng", s.get("click_rng"), "queries", s.get("queries"))
     for family, rates in s["families"].items():
-        for p, rate in rates.items():
-            d = s["detail"][family][p]
-            print(f"  {family} x{p}: {rate:,.0f} sessions/s (program {d['program_sessions_per_sec'] or 0:,.0f}, "
-                  f"wall {d['wall_sessions_per_sec']:,.0f}; compile {d['compile_seconds']} s)")
+        for p in rates:
+            for setup, d in s["detail"][family][p]["by_trial_setup"].items():
+                print(f"  {family} x{p} {setup}: wall {d['wall_sessions_per_sec']:,.0f} sessions/s, program "
+                      f"{d['program_sessions_per_sec'] or 0:,.0f}; wall / program "
+                      f"{d['wall_seconds'] / max(d['program_seconds'], 1e-9):.2f}, host {d['host_seconds']:.3f} s, "
+                      f"{d['h2d_bytes_per_segment']:,.0f} B/segment to the device")
+        head = s["detail"][family]
+        for p in head:
+            by = head[p]["by_trial_setup"]
+            if "host" in by and "device" in by:
+                print(f"  {family} x{p}: wall sessions/s device / host "
+                      f"{by['device']['wall_sessions_per_sec'] / by['host']['wall_sessions_per_sec']:.2f}")
     print("  reference (NumPy loop):", s.get("reference_sessions_per_sec"))
+for setup in ("host", "device"):
+    e = load(f"end_to_end_{setup}")
+    if e:
+        print(f"end_to_end {setup}: run {e['run_seconds']:.2f} s (compile {e['compile_seconds']}), cum {e['cum_ndcg']};",
+              {k: v for k, v in e["warm_breakdown"].items() if k != "program_parts"})
+c = load("trial_setup_check")
+if c:
+    print("trial_setup_check: equal", c["equal"], {k: (v["equal"], v.get("same_choice")) for k, v in c["cases"].items()})
 for name in ("sweep", "sweep_member_batch1"):
     w = load(name)
     if w:
@@ -204,8 +236,9 @@ for path in sorted(out.glob("retrain_*.json")) + sorted(out.glob("widths.json"))
           "over the first", {v: {k: None if x is None else round(x, 3) for k, x in m.items()}
                              for v, m in r["over_first"].items()})
 EOF
-    [ "$sweep" = 0 ] && [[ "$sweep1" =~ ^(0|skipped)$ ]] && [[ "$tests" =~ ^(0|skipped)$ ]] \
-        && [[ "$sps" =~ ^(0|skipped)$ ]] && [[ "$retrain" =~ ^(0|skipped)$ ]] && [[ "$widths" =~ ^(0|skipped)$ ]]
+    [[ "$sps" =~ ^(0|skipped)$ ]] && [ "$e2e" = 0 ] && [[ "$check" =~ ^(0|skipped)$ ]] \
+        && [[ "$sweep" =~ ^(0|skipped)$ ]] && [[ "$sweep1" =~ ^(0|skipped)$ ]] && [[ "$tests" =~ ^(0|skipped)$ ]] \
+        && [[ "$retrain" =~ ^(0|skipped)$ ]] && [[ "$widths" =~ ^(0|skipped)$ ]]
 }
 
 main "$@" 2>&1 | tee "$OUT/log.txt"

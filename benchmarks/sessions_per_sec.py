@@ -58,9 +58,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (ONLINE_SMOKE, CompileMeter, Stopwatch, algorithm_config, call_by_name,  # noqa: E402
-                    load_run, add_cache_arguments, dataset_overrides, emit, load_data, machine, timed,
-                    use_compilation_cache)
+from benchlib import (ONLINE_SMOKE, PLAN_PARTS, SETUP_PARTS, CompileMeter, Stopwatch,  # noqa: E402
+                      add_cache_arguments, algorithm_config, call_by_name, dataset_overrides, emit, load_data,
+                      load_run, machine, timed, trial_targets, use_compilation_cache)
 
 FAMILIES = ("ebrank", "ucbrank_ie", "cftopk_concat", "pdgd", "mgd")
 SMOKE_FAMILIES = ("ebrank", "pdgd")  # the headline family and one learner: the test's time budget
@@ -82,9 +82,12 @@ def segment_sessions(cfg, data) -> tuple[int, int]:
     return n_main, n_main // int(cfg.sim.n_updates)
 
 
-def measure(cfg, data, policy, population: int, segments: int, repeats: int, seed: int) -> dict:
-    """Rates of ``population`` members (distinct trial keys) over the first ``segments`` protocol segments."""
-    from ltrjax.online import host_random, plan, programs, protocol
+def measure(cfg, data, policy, population: int, segments: int, repeats: int, seed: int,
+            trial_setup: str = "host") -> dict:
+    """Rates of ``population`` members (distinct trial keys) over the first ``segments`` protocol segments, the
+    trials set up on ``trial_setup`` (host or device); where the wall goes (program, set-up, planning, the rest)
+    and the bytes moved to the device per segment."""
+    from ltrjax.online import host_random, transfers
     from ltrjax.runner import build_simulator
 
     n_main, per_segment = segment_sessions(cfg, data)
@@ -92,72 +95,88 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     segments = max(1, min(int(segments), n_updates))
     n_sessions = n_main if segments == n_updates else per_segment * segments
     # a fresh simulator per population: its padded step count is this population's own (it is sticky)
-    sim = build_simulator(cfg, data, n_updates=segments, refreshes=None)
+    sim = build_simulator(cfg, data, n_updates=segments, refreshes=None, trial_setup=trial_setup)
     keys = [host_random.fold_in(host_random.prng_key(seed), t) for t in range(population)]  # no eager programs
-    compiled = programs.compiled(policy)
-    # the phase functions that do the work (module attributes: every caller reaches them through their module)
-    targets = {"session_plan": (protocol, "session_plan"), "init_states": (protocol, "host_init_states"),
-               "policy_init": (policy, "init"), "plan": (plan, "plan"), "program": (compiled, "segment")}
 
-    def run(block_program: bool = False):
-        block = ("init_states", "policy_init") + (("program",) if block_program else ())
-        with Stopwatch(targets, block=block) as watch:
+    def run(block_programs: bool = False):
+        targets, program_names = trial_targets(sim, policy, sim.config.trial_setup)
+        block = ("policy_init",) + (program_names if block_programs else ())
+        with Stopwatch(targets, block=block) as watch, transfers.TransferMeter() as moved:
             (_, per_member), wall, cpu = timed(sim.simulate_frozen, policy, keys, None, n_sessions)
-        return per_member, wall, cpu, watch
+        program = sum(watch.wall[k] or 0.0 for k in program_names)
+        return {"per_member": per_member, "wall": wall, "cpu": cpu, "watch": watch, "program": program,
+                "moved": moved.bytes}
 
     with CompileMeter() as meter:
-        _, first_wall, *_ = run()
-    # the program's own time: one run that waits for it after every call (this serializes the host work that
-    # the simulator otherwise overlaps with the program: the next segment is prepared while it runs)
-    _, program_wall, _, program_watch = run(block_program=True)
-    program = program_watch.wall["program"]
-    # that run's simulation time (setup and planning excluded): the program's own time is part of it
-    program_run_simulation = program_wall - sum(program_watch.wall[k] or 0.0
-                                                for k in ("session_plan", "init_states", "policy_init", "plan"))
-    runs = []
-    for _ in range(max(1, repeats)):
-        per_member, wall, cpu, watch = run()
-        excluded = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init", "plan"))
-        excluded_cpu = sum(watch.cpu[k] or 0.0 for k in ("session_plan", "init_states", "policy_init", "plan"))
-        runs.append({"wall": wall, "simulation": wall - excluded, "cpu": cpu - excluded_cpu, "watch": watch,
-                     "per_member": per_member})
+        first_wall = run()["wall"]
+    # the programs' own time: one run that waits for each after every call (this serializes the host work that
+    # the simulator otherwise overlaps with them: the next segment is prepared while one runs)
+    blocking = run(block_programs=True)
+    program = blocking["program"]
+    runs = [run() for _ in range(max(1, repeats))]
+    for r in runs:
+        excluded = [k for k in SETUP_PARTS + PLAN_PARTS if k in r["watch"].wall]
+        r["simulation"] = r["wall"] - sum(r["watch"].wall[k] or 0.0 for k in excluded)
+        r["simulation_cpu"] = r["cpu"] - sum(r["watch"].cpu[k] or 0.0 for k in excluded)
     best = min(runs, key=lambda r: r["simulation"])
     total = population * best["per_member"]
     watch = best["watch"]
-    # the plans' padded scan length of every segment and lanes per bucket (``PlanMemory``); width classes keep them
-    # under "classes", a step count per bucket (each bucket runs its own loop), the other modes under "main"
-    phase = "classes" if sim.config.segment_widths == "classes" else "main"
-    steps = sim.memo.steps.get(phase)
-    lanes = sim.memo.lanes.get(phase, sim.n_lanes)
-    if isinstance(steps, tuple):
-        slots = sum(s * n for s, n in zip(steps, lanes))
-        steps = list(steps)
-    else:
-        slots = steps * sum(lanes) if steps else 0
-    occupancy = best["per_member"] / (slots * segments) if slots else None
-    setup = sum(watch.wall[k] or 0.0 for k in ("session_plan", "init_states", "policy_init"))
+    setup = sum(watch.wall.get(k) or 0.0 for k in SETUP_PARTS)
+    planning = sum(watch.wall.get(k) or 0.0 for k in PLAN_PARTS)
+    steps, lanes, occupancy = scan_shape(sim, best["per_member"], segments)
     return {
+        "trial_setup": sim.config.trial_setup,
         "sessions_per_sec": total / best["simulation"],
         "wall_sessions_per_sec": total / best["wall"],
         "program_sessions_per_sec": total / program if program else None,
-        "cpu_sessions_per_sec": total / best["cpu"],
+        "cpu_sessions_per_sec": total / best["simulation_cpu"],
         "members": population, "segments": segments, "sessions_per_member": best["per_member"],
         "total_sessions": total,
         "wall_seconds": best["wall"], "simulation_seconds": best["simulation"], "setup_seconds": setup,
-        "planning_seconds": watch.wall["plan"], "program_seconds": program,
-        "program_run_simulation_seconds": program_run_simulation,
-        # host work not hidden behind the program (the simulation's time beyond the program's own)
-        "segment_host_seconds": best["simulation"] - program if program is not None else None,
-        "host_fraction_of_wall": (best["wall"] - program) / best["wall"] if program is not None else None,
-        "setup_and_planning_fraction_of_wall": (setup + (watch.wall["plan"] or 0.0)) / best["wall"],
-        "program_calls": watch.calls["program"],
+        "planning_seconds": planning,
+        # every compiled program of the trial (the segment program; a device set-up's too), in the blocking run
+        "program_seconds": program,
+        "program_parts": {k: blocking["watch"].wall[k] for k in trial_targets(sim, policy, sim.config.trial_setup)[1]},
+        # the Python and NumPy work: the wall beyond the programs' own time (two runs: on a loaded machine it can
+        # come out negative)
+        "host_seconds": best["wall"] - program,
+        "program_run_seconds": blocking["wall"],
+        # that run's simulation time (set-up and planning excluded): the programs' own time is part of it
+        "program_run_simulation_seconds": blocking["wall"] - sum(blocking["watch"].wall.get(k) or 0.0
+                                                                 for k in SETUP_PARTS + PLAN_PARTS),
+        "segment_host_seconds": best["simulation"] - program,
+        "host_fraction_of_wall": (best["wall"] - program) / best["wall"],
+        "setup_and_planning_fraction_of_wall": (setup + planning) / best["wall"],
+        # bytes put on the device: by the set-up (keys; a host set-up's states and parameters move at the first call)
+        # and per segment (what the segment program is called with from the host)
+        "h2d_setup_bytes": best["moved"].get("setup", 0),
+        "h2d_bytes_per_segment": best["moved"].get("segment", 0) / segments,
+        "program_calls": watch.calls["segment"],
         "first_run_seconds": first_wall, "compile_seconds": meter.seconds, "compiles": meter.compiles,
-        "lanes": list(sim.n_lanes), "steps_per_segment": steps,
+        "lanes": list(lanes), "steps_per_segment": steps,
         # sessions / (steps x lanes x segments): the busy share of the scan's slots (classes: steps per bucket, the
         # padded steps past a class's bounds included, though they are not run)
         "lane_occupancy": occupancy,
         "repeats_wall_seconds": [r["wall"] for r in runs],
     }
+
+
+def scan_shape(sim, per_member: int, segments: int):
+    """(steps per segment, lanes per bucket, lane occupancy) of the plans the simulator used (``PlanMemory``): width
+    classes keep them under "classes", a step count per bucket (each bucket runs its own loop), a device set-up
+    as a ``PhaseShape``, the other modes under "main"."""
+    if sim.config.trial_setup == "device":
+        shape = sim.memo.device_shapes["main"]
+        steps, lanes = shape.steps, shape.lanes
+    else:
+        phase = "classes" if sim.config.segment_widths == "classes" else "main"
+        steps, lanes = sim.memo.steps.get(phase), sim.memo.lanes.get(phase, sim.n_lanes)
+    if isinstance(steps, tuple):
+        slots = sum(s * n for s, n in zip(steps, lanes))
+        steps = list(steps)
+    else:
+        slots = steps * sum(lanes) if steps else 0
+    return steps, lanes, per_member / (slots * segments) if slots else None
 
 
 def reference_rate(cfg, data, policy, n_sessions: int, seed: int) -> tuple[float, float, int]:
@@ -203,6 +222,9 @@ def main(argv=None) -> dict:
                         help=f"comma-separated conf/algorithm names (default: {','.join(FAMILIES)}; "
                              f"--smoke: {','.join(SMOKE_FAMILIES)})")
     parser.add_argument("--populations", default="1,8,64", help="comma-separated population sizes")
+    parser.add_argument("--trial-setups", default="auto",
+                        help="comma-separated sim.trial_setup values measured per population (auto, host, device); "
+                             "the first is the headline's (the other families run it only)")
     parser.add_argument("--segments", type=int, default=None,
                         help="protocol segments simulated per EBRank member (default: all sim.n_updates)")
     parser.add_argument("--family-segments", type=int, default=2,
@@ -227,6 +249,7 @@ def main(argv=None) -> dict:
 
     import numpy as np
 
+    trial_setups = [value for value in args.trial_setups.split(",") if value]
     families = [f for f in (args.families or ",".join(SMOKE_FAMILIES if args.smoke else FAMILIES)).split(",") if f]
     populations = [int(p) for p in args.populations.split(",") if p]
     overrides = dataset_overrides(args.preset, args.queries) + [f"seed={args.seed}", "progress=false"]
@@ -244,7 +267,10 @@ def main(argv=None) -> dict:
         segments = (args.segments or n_updates) if family == HEADLINE else args.family_segments
         detail[family] = {}
         for population in populations:
-            detail[family][population] = measure(cfg, data, policy, population, segments, args.repeats, args.seed)
+            setups = trial_setups if family == HEADLINE else trial_setups[:1]
+            by_setup = {s: measure(cfg, data, policy, population, segments, args.repeats, args.seed, s)
+                        for s in setups}
+            detail[family][population] = {**by_setup[setups[0]], "by_trial_setup": by_setup}
             if not args.json:
                 d = detail[family][population]
                 print(f"{family:>14} x{population:<3} {d['sessions_per_sec']:>12,.0f} sessions/s "
@@ -258,7 +284,8 @@ def main(argv=None) -> dict:
     out = {"queries": data.n_queries, "mean_docs_per_query": float(np.mean(queryset.docs_per_query)),
            "buckets": [list(b.labels.shape) for b in data.buckets], "sessions": segment_sessions(cfg, data)[0],
            "populations": populations, "families": families_table,
-           "overrides": list(args.overrides), "click_rng": str(cfg.sim.click_rng), "compilation_cache": cache}
+           "overrides": list(args.overrides), "click_rng": str(cfg.sim.click_rng), "compilation_cache": cache,
+           "trial_setups": trial_setups}
     if HEADLINE in families:
         policy = build_policy(HEADLINE, data)
         ref, ref_cpu, n_ref = reference_rate(cfg, data, policy, args.reference_sessions, args.seed)

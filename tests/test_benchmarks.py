@@ -299,6 +299,28 @@ def test_gpu_check_script_parses():
     subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")], check=True)
 
 
+def test_gpu_check_smoke_runs_its_trial_setup_steps(tmp_path):
+    """``SMOKE=1 bash benchmarks/gpu_check.sh`` as it stands, with the issue-40 steps (sessions per second and the
+    end-to-end breakdown, trials set up on the host and on the device) and the summary; the sweep, the exactness
+    tests and trial_setup_check (tests/test_device_trial.py runs its smoke) left out for time."""
+    import os
+    import sys
+
+    env = {**os.environ, "SMOKE": "1", "PYTHON": sys.executable, "OUT": str(tmp_path), "SWEEP": "0", "TESTS": "",
+           "CHECK": "0", "CACHE": str(tmp_path / "xla")}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    sps = json.loads((tmp_path / "sessions_per_sec.json").read_text())
+    by_setup = sps["detail"]["ebrank"]["2"]["by_trial_setup"]
+    assert by_setup["device"]["h2d_bytes_per_segment"] == 0 < by_setup["host"]["h2d_bytes_per_segment"]
+    assert by_setup["device"]["trial_setup"] == "device" and by_setup["host"]["trial_setup"] == "host"
+    ends = [json.loads((tmp_path / f"end_to_end_{s}.json").read_text()) for s in ("host", "device")]
+    assert ends[0]["cum_ndcg"] == ends[1]["cum_ndcg"]
+    assert [e["trial_setup"] for e in ends] == ["host", "device"]
+    assert "wall sessions/s device / host" in done.stdout
+
+
 # --------------------------------------------------------------------------- offline scripts
 def in_unit(x) -> bool:
     return isinstance(x, float) and 0.0 <= x <= 1.0

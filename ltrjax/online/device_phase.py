@@ -101,9 +101,13 @@ def session_outputs(ys: tuple, schedules: tuple, window: int, logs: bool):
 
 
 def device_collect(ys, segment: PreparedSegment, logs: bool = True):
-    """``segment.collect`` for a device-produced segment: the outputs put in session order on the device, then one
-    fetch of the segment's sessions (NDCG ``[M, n]``; with ``logs`` shown, clicks and records too)."""
+    """``segment.collect`` for a device-produced segment: the outputs put in session order on the device. With
+    ``logs`` one fetch of the segment's sessions (NDCG ``[M, n]``, shown, clicks and records: a retrain or the kept
+    logs read them now); without, the NDCG stays on the device (``[M, window]``, its first ``n`` sessions the
+    segment's: ``trial.flush`` fetches it when the phase ends)."""
     out = session_outputs(tuple(ys), tuple(segment.targets), segment.window, logs)
+    if not logs:
+        return out
     n = segment.n_sessions
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:, :n], jax.device_get(out))
 

@@ -58,6 +58,7 @@ class DeviceSetup:
     phase's draws, plan shape and per-segment inputs made by programs (``device_phase.setup_phase``)."""
 
     collect = staticmethod(device_collect)
+    defers = True  # sessions' NDCG and evaluations stay on the device until the phase ends (``trial.flush``)
 
     def __init__(self, ctx: SimContext, memo: PlanMemory, trials: list[TrialKeys], trial_of: np.ndarray):
         self.ctx, self.memo, self.trials, self.trial_of = ctx, memo, trials, np.asarray(trial_of)
@@ -72,13 +73,14 @@ class DeviceSetup:
         self.warm_keys, self.main_keys = ds.split_plan_keys(self.keys.plan)
         self.phases: dict[str, DevicePhase] = {}
 
-    def _phase(self, name: str, every_trial: bool = False) -> DevicePhase:
-        """The warm-up's (one segment) or the main phase's ``DevicePhase``, set up when first asked for."""
+    def _phase(self, name: str, n_cut: int | None = None) -> DevicePhase:
+        """The warm-up's (one segment) or the main phase's ``DevicePhase``, set up when first asked for; the main
+        phase's segments cut from its first ``n_cut`` sessions (None: all, the protocol's)."""
         if name not in self.phases:
             ctx, (n_warm, n_main) = self.ctx, protocol.session_counts(self.ctx)
             warm = name == "warmup"
             n = n_warm if warm else n_main
-            points = np.asarray([n - 1]) if warm else protocol.segment_bounds(n, ctx.config.n_segments)[0]
+            points = np.asarray([n - 1]) if warm else protocol.segment_bounds(n_cut or n, ctx.config.n_segments)[0]
             trial_of = np.arange(len(self.trials)) if warm else self.trial_of
             self.phases[name] = setup_phase(
                 ctx, self.layout, self.warm_keys if warm else self.main_keys, n, 0.0 if warm else ctx.config.entry_prob,
@@ -123,8 +125,10 @@ class DeviceSetup:
     def main_plan(self, mains: list[SessionDraws] | None, n_main: int):
         """(points, starts, per segment the trials' draws (None without ``mains``: they stay on the device), plans
         (None: made per segment on the device), per segment widths)."""
-        phase = self._phase("main")
+        phase = self._phase("main", n_main)
         points, starts = protocol.segment_bounds(n_main, self.ctx.config.n_segments)
+        if sum(phase.seg.lengths) != n_main:
+            raise ValueError(f"the main phase was set up for {sum(phase.seg.lengths)} sessions, not {n_main}")
         segments = [None if mains is None else [m.slice(int(a), int(b) + 1) for m in mains]
                     for a, b in zip(starts, points)]
         return points, starts, segments, [None] * len(segments), [phase.widths] * len(segments)

@@ -219,6 +219,6 @@ def announce(ctx: SimContext, memo: PlanMemory, policy: Policy, n_members: int, 
     n_chunks = -(-n_members // size)
     state = (f"; state {size_text(state_bytes(ctx, policy))} per member (CPU chunk state budget "
              f"{size_text(ctx.state_budget)})" if ctx.state_budget is not None else "")
-    log.info("%s: %d members in %d chunk%s of %d; about %s per member, %s per chunk (budget %s)%s", policy.name,
-             n_members, n_chunks, "" if n_chunks == 1 else "s", size, size_text(one),
+    log.info("%s: %d member%s in %d chunk%s of %d; about %s per member, %s per chunk (budget %s)%s", policy.name,
+             n_members, "" if n_members == 1 else "s", n_chunks, "" if n_chunks == 1 else "s", size, size_text(one),
              size_text(one * size), size_text(ctx.memory_budget), state)

@@ -65,6 +65,9 @@ class MainPhase:
       bar: the progress bar (main sessions x real members).
       per_query: the last evaluation's per-query NDCG, {"warm"/"cold": [M, Q]}.
       setup: how the trials are set up (``HostSetup`` or ``DeviceSetup``: refresh keys, retrained parameters).
+      deferred: what stays on the device until the phase ends (``flush``): per segment its sessions' NDCG
+        (``(start, stop, [M, window] array)``) and its launched evaluation, when the set-up defers them
+        (``DeviceSetup.defers``: no fetch, so no wait, between segments).
     """
 
     policy: Policy
@@ -87,6 +90,7 @@ class MainPhase:
     bar: Any
     per_query: dict | None = None
     setup: Any = None
+    deferred: list = dataclasses.field(default_factory=list)
 
 
 def init_members(ctx: SimContext, policy: Policy, trials: list[TrialKeys], trial_of: np.ndarray, hypers: list):
@@ -178,7 +182,10 @@ def after_segment(ctx: SimContext, run: MainPhase, i: int, params, states, outpu
     protocol says so; returns the (retrained) parameters."""
     nd, shown, clicked, record = outputs
     start, stop = run.starts[i], run.points[i] + 1
-    run.session_ndcg[:, start:stop] = nd
+    if isinstance(nd, np.ndarray):
+        run.session_ndcg[:, start:stop] = nd
+    else:  # still on the device (``device_phase.device_collect``)
+        run.deferred.append(("ndcg", (start, stop, nd)))
     # a retrain from the counters (not the logs) has its views launched first, then the evaluation: the host
     # builds the retrain's examples from the views while the device evaluates (the same programs and results)
     from_counters = ctx.config.retrains_after(i) and run.policy.trains and not run.policy.reads_logs
@@ -189,7 +196,10 @@ def after_segment(ctx: SimContext, run: MainPhase, i: int, params, states, outpu
         record_logs(run, i, shown, clicked, record)
     if ctx.config.retrains_after(i):
         params = retrain.retrain_after(ctx, run, i, params, states, views)
-    evaluated_members(ctx, run, evaluation)
+    if getattr(run.setup, "defers", False):
+        run.deferred.append(("evaluation", evaluation))
+    else:
+        evaluated_members(ctx, run, evaluation)
     run.bar.update(int(stop - start) * run.n_real)
     return params
 
@@ -225,9 +235,23 @@ def evaluated_members(ctx: SimContext, run: MainPhase, launched: tuple) -> None:
     run.timings["evaluate"] += time.perf_counter() - tic
 
 
+def flush(ctx: SimContext, run: MainPhase) -> None:
+    """What the phase left on the device (``MainPhase.deferred``), brought to the host in segment order: the
+    sessions' NDCG in one fetch, then every evaluation's history."""
+    ndcg = [item for kind, item in run.deferred if kind == "ndcg"]
+    for (start, stop, _), values in zip(ndcg, jax.device_get([nd for _, _, nd in ndcg])):
+        run.session_ndcg[:, start:stop] = values[:, :stop - start]
+    for kind, item in run.deferred:
+        if kind == "evaluation":
+            evaluated_members(ctx, run, item)
+    run.deferred = []
+
+
 def trial_results(ctx: SimContext, run: MainPhase, draws: list, params, states, n_real: int,
                   keep_states: bool = True) -> list[TrialResult]:
-    """One ``TrialResult`` per real member (host arrays; ``final_states`` only with ``keep_states``)."""
+    """One ``TrialResult`` per real member (host arrays; ``final_states`` only with ``keep_states``), after
+    ``flush``."""
+    flush(ctx, run)
     cfg = ctx.config
     results = []
     final_states = jax.device_get(states)
@@ -286,22 +310,18 @@ def run_population(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: Sequ
 def simulate_frozen(ctx: SimContext, memo: PlanMemory, policy: Policy, keys: Sequence[jax.Array],
                     hypers: Sequence | None = None, n_sessions: int | None = None) -> tuple[list[BucketState], int]:
     """``Simulator.simulate_frozen``: the main-phase sessions of every member with the policy frozen at its initial
-    parameters (no warm-up, retraining or evaluation); (final states, blocked until ready; sessions per member).
-    ``n_sessions`` (fewer than the protocol's) needs the host set-up, whose plans cover any prefix."""
+    parameters (no warm-up, retraining or evaluation), the first ``n_sessions`` (None: all) cut into the protocol's
+    segments; (final states, blocked until ready; sessions per member)."""
     keys = list(keys)
     hypers = protocol.resolve_hypers(policy, hypers, len(keys))
     trial_of, trials = protocol.group_trials(keys)
     setup = make_setup(ctx, memo, trials, trial_of)
     n_full = protocol.session_counts(ctx)[1]
     n_main = min(n_full, n_sessions or n_full)
-    if n_main < n_full and isinstance(setup, DeviceSetup):
-        raise ValueError(f"simulate_frozen of {n_main} of {n_full} sessions needs sim.trial_setup=host (a device "
-                         "set-up plans the protocol's segments); set sim.sessions instead")
     mains = [d[1] for d in setup.draws()] if isinstance(setup, HostSetup) else None  # the device's stay there
     points, _, segments, plans, widths = setup.main_plan(mains, n_main)
     params, hyper = setup.init_members(policy, hypers)
-    initial = setup.initial_states(kept_counters(policy.counters_read))
-    states = setup.member_states(initial)
+    states = setup.member_states(setup.initial_states(kept_counters(policy.counters_read)))
     produce = setup.main_producer(segments, plans, widths)
     _, states = segment.run_segments(ctx, policy, params, hyper, states, len(points), produce)
     return states, n_main

@@ -198,7 +198,7 @@ class EBRank(Policy):
     Hyper = EBRankHyper
     default_fit = DEFAULT_FIT
 
-    def __init__(self, data: PaddedDataset, epsilon: float = 20.0, beta: Positive = 5.0,
+    def __init__(self, data: PaddedDataset, epsilon: float = EBRankHyper.epsilon, beta: Positive = 5.0,
                  statistic: Annotated[str, OneOf(STATISTICS)] = "exposure",
                  hidden: PositiveInts = (), min_impressions: NonNegative = 20,
                  clamp: Positive = 1e-3, fit: dict | None = None, name: str | None = None):
