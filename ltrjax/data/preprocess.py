@@ -27,7 +27,8 @@ class PreprocessReport:
     label_ranges: dict | None = None  # per split [lowest, highest] label read, when the splits differ
     # the qids of the dropped and purged queries (a click log's sessions on them are skipped and counted);
     # left out of ``as_dict``
-    dropped_qids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    dropped_qids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64), repr=False,
+                                                compare=False)  # an array: == would be elementwise; the counts compare
     features_read: int = 0
     features_dropped_config: tuple[int, ...] = ()  # original 1-based ids
     features_dropped_constant: tuple[int, ...] = ()  # constant within every kept training query
