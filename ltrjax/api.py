@@ -75,7 +75,7 @@ def algorithm(name: str, **options) -> PolicyFactory:
     Unknown names, keys and values raise ``ConfigError``, as on the command line."""
     from omegaconf import OmegaConf
 
-    from ltrjax.schema import algorithm_options, resolve_algorithm
+    from ltrjax.schema import algorithm_spec
     from ltrjax.structured import conf_dir
 
     path = conf_dir() / "algorithm" / f"{name}.yaml"
@@ -83,12 +83,10 @@ def algorithm(name: str, **options) -> PolicyFactory:
         names = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ConfigError("algorithm", name, f"expected a shipped algorithm ({', '.join(names)})")
     acfg = {**OmegaConf.to_container(OmegaConf.load(path), resolve=True), **options}
-    cls, kwargs, _ = algorithm_options(name, resolve_algorithm(name, acfg))
+    spec = algorithm_spec(name, acfg)
 
     def build(data: PaddedDataset) -> Policy:
-        policy = cls(data, **kwargs)
-        policy.name = name
-        return policy
+        return spec.build(data, name)
 
     build.__name__ = build.__qualname__ = f"algorithm_{name}"
     return build

@@ -35,8 +35,8 @@ from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
 from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
-from ltrjax.schema import (RESOLVED_CONFIG, ResolvedRun, algorithm_options, as_run, check_segments,  # noqa: F401
-                           fit_override, policy_class, write_resolved_config)
+from ltrjax.schema import (RESOLVED_CONFIG, UNSET, AlgorithmSpec, ResolvedRun, algorithm_spec, as_run,  # noqa: F401
+                           check_segments, fit_override, write_resolved_config)
 from ltrjax.saved import feature_spec, model_path, save_model
 
 log = logging.getLogger("ltrjax")
@@ -62,11 +62,16 @@ SETTING_SUFFIXES = ("_wo_behav", "_concat", "_ie")
 
 
 def result_name(key: str, acfg) -> str:
+    """``row_name`` of algorithm ``key``: ``acfg`` is its ``AlgorithmSpec`` or an algorithm mapping (``setting``
+    read when written)."""
+    if isinstance(acfg, AlgorithmSpec):
+        return acfg.name
+    return row_name(key, acfg["setting"] if "setting" in acfg else None)
+
+
+def row_name(key: str, setting: str | None) -> str:
     """``ALGORITHM@SETTING`` for algorithms with a feature setting (``cftopk_concat`` -> ``cftopk@concat``,
-    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key.
-    ``acfg`` is the algorithm's mapping (``ResolvedRun.algorithms[key]``: ``setting`` is there iff the policy's
-    constructor takes one)."""
-    setting = acfg["setting"] if "setting" in acfg else None
+    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key."""
     if not setting:
         return key
     base = key
@@ -107,16 +112,15 @@ def fit_passes_per_retrain(train_info: list[dict]) -> float | None:
 
 
 def make_policy(name: str, acfg, data, fit_overrides: dict | None = None, key: str | None = None):
-    """The policy of algorithm config ``acfg`` (result name ``name``, config key ``key``) and its tune grid.
+    """The policy of algorithm ``acfg`` (result name ``name``, config key ``key``) and its tune grid.
 
-    The options are checked against the ``_target_`` class's constructor and ``Hyper`` (``ltrjax.schema``: an
-    unknown key or a value out of range raises ``ConfigError``); ``fit_overrides`` replaces retraining settings
-    of algorithms that retrain. ``data`` is passed directly (Hydra's instantiate would convert the dataclass).
-    """
-    cls, kwargs, tune = algorithm_options(key or name, acfg, fit_overrides)
-    policy = cls(data, **kwargs)
-    policy.name = name
-    return policy, tune
+    ``acfg`` is a row of the typed run (``ResolvedRun.algorithms[key]``, an ``AlgorithmSpec``: used as it is, its
+    ``fit_overrides`` applied at the door) or, for scripts and tests, an algorithm mapping, resolved here once
+    (``ltrjax.schema.algorithm_spec``: an unknown key or a value out of range raises ``ConfigError``;
+    ``fit_overrides`` replaces retraining settings). ``data`` is passed directly (Hydra's instantiate would convert
+    the dataclass)."""
+    spec = algorithm_spec(key or name, acfg, fit_overrides)
+    return spec.build(data, name), spec.tune
 
 
 def bm25_fallback(run: ResolvedRun, data) -> ResolvedRun:
@@ -125,13 +129,12 @@ def bm25_fallback(run: ResolvedRun, data) -> ResolvedRun:
     that is null too; ``experiment.only``, ``objective``, ``click_rate_algorithms`` and ``eta_sweep.algorithms``
     follow. The warm-up (``build_simulator``) uses the same feature, or is skipped. Logs a warning naming
     ``dataset.bm25_feature``."""
-    run = as_run(run)
     if data.bm25_column >= 0:
         return run
     feature = run.dataset["warmup_feature"]
     algorithms = run.algorithms
-    rows = [k for k, a in algorithms.items()  # BM25 rows that set no feature (an option not written is not there)
-            if policy_class(str(a["_target_"])) is BM25 and ("feature" not in a or a["feature"] is None)]
+    rows = [k for k, a in algorithms.items()  # BM25 rows that set no feature (UNSET: not written)
+            if a.cls is BM25 and a.options.feature in (UNSET, None)]
     new_key = {k: (None if feature is None else (f"feature_{feature}" if len(rows) == 1 else f"{k}_feature_{feature}"))
                for k in rows}
     if feature is None:
@@ -144,7 +147,7 @@ def bm25_fallback(run: ResolvedRun, data) -> ResolvedRun:
                     f" and replaces the rows {rows} (now {list(new_key.values())})" if rows else "")
     if not rows:
         return run
-    kept = {new_key.get(k, k): ({**a, "feature": feature} if k in new_key else a)
+    kept = {new_key.get(k, k): (a.with_options(new_key[k], feature=feature) if k in new_key else a)
             for k, a in algorithms.items() if new_key.get(k, k) is not None}
     if not kept:
         raise ConfigError("dataset.bm25_feature", None, "the only algorithm of this run is BM25 and the data has no "
@@ -184,7 +187,6 @@ def padded_data(run: ResolvedRun, queryset: QuerySet, features: list | None = No
 def build_simulator(run: ResolvedRun, data, **sim_overrides) -> Simulator:
     """The simulator of ``run.sim`` (with ``sim_overrides``) and ``run.click_model`` (BM25 warm-up when the data has
     a BM25 column, else ``dataset.warmup_feature``'s ranking, else none)."""
-    run = as_run(run)
     sim_cfg = dataclasses.replace(run.sim, **sim_overrides) if sim_overrides else run.sim
     click_model = make_click_model(run.click_model, sim_cfg.top_k, y_max=data.y_max)
     feature = run.dataset["warmup_feature"]
@@ -226,10 +228,9 @@ def row_settings(run: ResolvedRun, key: str, **sim_overrides) -> dict:
     experiment keys that shape a trial's record. Stored with the row in results.json; a rerun resumes the row only
     when these are identical (``ltrjax.record``). Trials, progress, caches and memory settings are not part
     of it: they do not change a trial."""
-    run = as_run(run)
     sim = {**dataclasses.asdict(run.sim), **sim_overrides}
     return {"key": key, "experiment": {k: getattr(run.experiment, k) for k in ROW_EXPERIMENT_KEYS},
-            "algorithm": copy.deepcopy(run.algorithms[key]), "click_model": run.click_model.settings(),
+            "algorithm": run.algorithms[key].settings(), "click_model": run.click_model.settings(),
             "sim": protocol_of(sim), "dataset": copy.deepcopy(run.dataset), "seed": run.seed}
 
 
@@ -257,7 +258,7 @@ def choose(results: list[TrialResult], grid: list[dict], tune_split: str) -> tup
 
 def member_identity(cls: type, kwargs: dict, trial: int, values: dict) -> tuple:
     """What determines one member's simulation: the policy class, its constructor options ``kwargs`` (from
-    ``algorithm_options``) other than its ``Hyper`` fields (which only set the default hyper-parameters), the
+    ``AlgorithmSpec.kwargs``) other than its ``Hyper`` fields (which only set the default hyper-parameters), the
     member's hyper-parameters ``values`` over those defaults (float32, as the simulator traces them) and its trial.
     Two rows' members with equal identities simulate the same trial the same way (``ebrank_wo_explore`` is
     EBRank's epsilon=0 grid member), so the runner simulates such a member once (``OnlineRun.run``). Options
@@ -288,7 +289,7 @@ class OnlineRun:
         self.n_points = ecfg.curve_points
         self.entry_bins = ecfg.entry_bins
         self.progress = run.progress
-        settings = {result_name(k, a): row_settings(run, k, **(sim_overrides or {})) for k, a in algorithms.items()}
+        settings = {a.name: row_settings(run, k, **(sim_overrides or {})) for k, a in algorithms.items()}
         header = {**header, "record": run_record(ecfg.kind)}
         self.writer = ResultsWriter(self.out_dir, header, METRICS, settings)
         if ecfg.resume:
@@ -300,18 +301,17 @@ class OnlineRun:
         return self.out_dir / "arrays" / safe_name(name) / f"trial{trial}.npz"
 
     def todo(self, key: str) -> list[int]:
-        name = result_name(key, self.algorithms[key])
+        name = self.algorithms[key].name
         return [t for t in range(self.trials)
                 if not (self.writer.has_trial(name, t) and self.units_path(name, t).exists())]
 
     def _members(self, todo: dict) -> dict:
         """Per row: its grid and each trial's member identities (``member_identity``)."""
-        overrides = self.cfg.fit_overrides
         plan = {}
         for key, trials in todo.items():
-            cls, kwargs, tune = algorithm_options(key, self.algorithms[key], overrides)
-            grid = tune_grid(tune if self.tune else None)
-            plan[key] = (grid, {t: [member_identity(cls, kwargs, t, v) for v in grid] for t in trials})
+            spec = self.algorithms[key]
+            grid, kwargs = spec.grid(self.tune), spec.kwargs()
+            plan[key] = (grid, {t: [member_identity(spec.cls, kwargs, t, v) for v in grid] for t in trials})
         return plan
 
     def run(self) -> ResultsWriter:
@@ -334,15 +334,12 @@ class OnlineRun:
         policies = {}  # every row's policy, checked to fit in memory before any simulation
         for key, trials in todo.items():
             if trials:
-                acfg = self.algorithms[key]
-                policies[key] = make_policy(result_name(key, acfg), acfg, self.sim.data, self.cfg.fit_overrides,
-                                            key)[0]
+                policies[key] = self.algorithms[key].build(self.sim.data)
                 self.sim.check_fits(policies[key])
         for key, trials in todo.items():
             if not trials:
                 continue
-            acfg = self.algorithms[key]
-            name = result_name(key, acfg)
+            name = self.algorithms[key].name
             policy = policies.pop(key)
             grid, ids = plan[key]
             reused = [t for t in trials if all(m in shared for m in ids[t])]
@@ -427,7 +424,7 @@ class OnlineRun:
         if self.queryset is None:
             return
         meta = {"kind": "online", "algorithm": name, "key": key, "trial": trial, "seed": self.cfg.seed,
-                "config": copy.deepcopy(self.algorithms[key]), "chosen": chosen,
+                "config": self.algorithms[key].settings(), "chosen": chosen,
                 "features": feature_spec(self.queryset)}
         save_model(model_path(self.out_dir, name, trial), meta, best.final_params)
         if self.save_click_logs:
@@ -459,7 +456,7 @@ def eta_sweep(run: ResolvedRun, out_dir: Path, data, main: OnlineRun) -> dict | 
     if not keys:
         return None
     trials = scfg.trials
-    series = {result_name(k, run.algorithms[k]): {m: [] for m in METRICS} for k in keys}
+    series = {run.algorithms[k].name: {m: [] for m in METRICS} for k in keys}
     values = sorted(float(v) for v in scfg.values)
     for eta in values:
         if eta == main.sim.config.entry_prob and main.trials >= trials:
@@ -539,7 +536,7 @@ def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=
     else:
         eta = eta_sweep(run, out_dir, data, main)
         main.writer.header.update(memory_record(queryset))
-        order = [result_name(k, v) for k, v in run.algorithms.items()]  # the table's row order, even when resumed
+        order = [spec.name for spec in run.algorithms.values()]  # the table's row order, even when resumed
         table = write_report(main, run.experiment.title, wall, eta, order)
     print(table)
     print(f"results written to {out_dir}; validation objective {objective:.4f}")

@@ -31,6 +31,7 @@ import dataclasses
 import fnmatch
 import functools
 import inspect
+import itertools
 import logging
 import pathlib
 import types
@@ -158,8 +159,9 @@ class ResolvedRun:
     experiment block (``OnlineExperimentConfig``, ``OnlineTableExperimentConfig``, ``OfflineConfig`` with its
     run-level keys filled in, ``FidelityConfig`` or a registered offline kind's schema) and ``click_model`` the typed
     ``ltrjax.clicks.ClickModelConfig`` (``to_config`` records the keys its kind reads). The blocks whose keys depend
-    on a choice stay plain mappings, complete and checked: ``algorithms`` ({key: ``_target_``, constructor options, ``fit`` with ``fit_overrides`` applied, ``tune``}),
-    ``fit_overrides`` and ``dataset`` (a ``ltrjax.data.registry`` mapping). The online blocks are None for the
+    on a choice stay plain mappings, complete and checked: ``fit_overrides`` and ``dataset`` (a
+    ``ltrjax.data.registry`` mapping). ``algorithms`` is {key: ``AlgorithmSpec``}, each row resolved once (class,
+    options with ``fit_overrides`` applied, tune grid). The online blocks are None for the
     offline kinds (they read none of them: ``ONLINE_ONLY``)."""
 
     seed: int
@@ -176,7 +178,7 @@ class ResolvedRun:
     layout: Optional[LayoutConfig] = None
     click_model: Optional[ClickModelConfig] = None
     fit_overrides: Optional[Dict[str, Any]] = None
-    algorithms: Optional[Dict[str, Dict[str, Any]]] = None
+    algorithms: Optional[Dict[str, AlgorithmSpec]] = None
 
     @property
     def kind(self) -> str:
@@ -194,6 +196,8 @@ class ResolvedRun:
                 continue
             if isinstance(value, ClickModelConfig):
                 out[name] = value.settings()  # the keys its kind reads (the others would be refused)
+            elif name == "algorithms":
+                out[name] = {key: spec.settings() for key, spec in value.items()}
             else:
                 out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         return OmegaConf.create(out)
@@ -321,10 +325,95 @@ def check_fit_overrides(overrides) -> dict:
     return overrides
 
 
-def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, dict | None]:
-    """(policy class, constructor keyword arguments, tune grid) of algorithm config ``acfg`` (key ``key``), checked
-    against the class's constructor (``algorithm_schema``), its ``Hyper`` (``tune`` and same-named options) and
-    ``FitConfig`` (``fit`` with ``fit_overrides`` applied and the class's ``default_fit`` filled in)."""
+class _Unset:
+    """An option the algorithm's config does not write (the constructor's own default applies)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self):  # copies and pickles are the one UNSET
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+@functools.lru_cache(maxsize=None)
+def options_class(cls) -> type:
+    """The constructor options of policy class ``cls`` as a frozen dataclass; each field ``UNSET`` unless the config
+    writes it (an unwritten option keeps the constructor's default, written once there), ``fit`` a ``FitConfig``."""
+    fields = [(name, Any, dataclasses.field(default=UNSET)) for name in constructor_options(cls)]
+    return dataclasses.make_dataclass(f"{cls.__name__}Settings", fields, frozen=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm row resolved once (``algorithm_spec``, at the door): its key, policy class, the options its
+    config writes (``options_class(cls)``, checked and typed) and its tune grid {Hyper field: [values]}. The runner
+    builds the policy (``build``), its grid (``grid``) and its recorded settings (``settings``) from it; nothing
+    below the door resolves the row again."""
+
+    key: str
+    cls: type
+    options: Any  # an instance of options_class(cls)
+    tune: Optional[Dict[str, List[Any]]] = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+    @property
+    def setting(self) -> Optional[str]:
+        """The feature setting (``wo_behav``, ``concat``, ``ie``) of a policy whose constructor takes one."""
+        value = getattr(self.options, "setting", UNSET)
+        return None if value is UNSET else value
+
+    @property
+    def name(self) -> str:
+        """The row's result name (``ltrjax.runner.row_name``: ``cftopk_concat`` -> ``cftopk@concat``)."""
+        from ltrjax.runner import row_name
+
+        return row_name(self.key, self.setting)
+
+    def kwargs(self) -> dict:
+        """The constructor keyword arguments: the written options (``fit`` as the mapping the constructors take)."""
+        out = {}
+        for field in dataclasses.fields(self.options):
+            value = getattr(self.options, field.name)
+            if value is not UNSET:
+                out[field.name] = dataclasses.asdict(value) if isinstance(value, FitConfig) else value
+        return out
+
+    def settings(self) -> dict:
+        """The row as ``resolved_config.yaml`` and results.json record it: ``_target_``, the written options (``fit``
+        complete) and ``tune``."""
+        return _plain({"_target_": self.target, **self.kwargs(), "tune": self.tune})
+
+    def grid(self, tune: bool = True) -> list[dict]:
+        """Every combination of the tune grid's values ([{}] without a grid, or with ``tune`` false)."""
+        if not (tune and self.tune):
+            return [{}]
+        names = sorted(self.tune)
+        return [dict(zip(names, combo)) for combo in itertools.product(*(list(self.tune[n]) for n in names))]
+
+    def build(self, data, name: str | None = None):
+        """The policy on padded data ``data``, named ``name`` (default: the row's result name)."""
+        policy = self.cls(data, **self.kwargs())
+        policy.name = self.name if name is None else name
+        return policy
+
+    def with_options(self, key: str | None = None, **changes) -> AlgorithmSpec:
+        """This row with some options replaced (and another key)."""
+        return dataclasses.replace(self, key=self.key if key is None else key,
+                                   options=dataclasses.replace(self.options, **changes))
+
+
+def algorithm_spec(key: str, acfg, fit_overrides=None) -> AlgorithmSpec:
+    """The ``AlgorithmSpec`` of algorithm config ``acfg`` (key ``key``), checked against the class's constructor
+    (``algorithm_schema``), its ``Hyper`` (``tune`` and same-named options) and ``FitConfig`` (``fit`` with
+    ``fit_overrides`` applied and the class's ``default_fit`` filled in). An ``AlgorithmSpec`` is returned as it is."""
+    if isinstance(acfg, AlgorithmSpec):
+        return acfg
     where = f"algorithms.{key}"
     if isinstance(acfg, DictConfig):
         acfg = OmegaConf.to_container(acfg, resolve=True)
@@ -353,12 +442,13 @@ def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, d
         check_value(f"{where}.{name}", value, checks)
         kwargs[name] = value
     if "fit" in options:
-        fit = {**getattr(cls, "default_fit", {}), **(acfg.get("fit") or {}), **fit_override(key, fit_overrides)}
+        fit = {**getattr(cls, "default_fit", {}), **(acfg["fit"] if acfg.get("fit") else {}),
+               **fit_override(key, fit_overrides)}
         try:
-            kwargs["fit"] = dataclasses.asdict(FitConfig(**strict_fields(FitConfig, fit, "a fit block")).resolved())
+            kwargs["fit"] = FitConfig(**strict_fields(FitConfig, fit, "a fit block")).resolved()
         except ConfigError as err:
             raise err.within(f"{where}.fit") from None
-    tune = typed_values.get("tune")
+    tune = typed_values["tune"]
     if tune:
         from ltrjax.online.policies.base import check_hyper
 
@@ -370,7 +460,13 @@ def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, d
                     check_hyper(cls.Hyper, {name: value}, cls.__name__)
                 except ConfigError as err:
                     raise ConfigError(f"{where}.tune.{name}", values, err.allowed) from None
-    return cls, kwargs, tune
+    return AlgorithmSpec(key=key, cls=cls, options=options_class(cls)(**kwargs), tune=tune)
+
+
+def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, dict | None]:
+    """(policy class, constructor keyword arguments, tune grid) of ``algorithm_spec(key, acfg, fit_overrides)``."""
+    spec = algorithm_spec(key, acfg, fit_overrides)
+    return spec.cls, spec.kwargs(), spec.tune
 
 
 def _merge_typed(schema, mapping, where):
@@ -385,12 +481,6 @@ def _merge_typed(schema, mapping, where):
         cls = policy_class(mapping["_target_"])
         hint = constructor_options(cls).get(name, (Any, None))[0] if name not in ("tune", "fit") else dict
         raise ConfigError(join_key(where, full), lookup(mapping, full), allowed_text(hint)) from None
-
-
-def resolve_algorithm(key: str, acfg, fit_overrides=None) -> dict:
-    """The algorithm config as the run uses it (``fit`` complete, options typed)."""
-    cls, kwargs, tune = algorithm_options(key, acfg, fit_overrides)
-    return {"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs, "tune": tune}
 
 
 # --------------------------------------------------------------------------- experiments
@@ -458,7 +548,7 @@ def _warn_tuned(overrides, algorithms: dict, tune_on: bool) -> None:
     for text in overrides or ():
         parts = override_key(text).split(".")
         if len(parts) == 3 and parts[0] == "algorithms" and parts[1] in algorithms:
-            tune = algorithms[parts[1]].get("tune") or {}
+            tune = algorithms[parts[1]].tune or {}
             if parts[2] in tune:
                 log.warning("%s: the tune grid algorithms.%s.tune.%s %s replaces this value, since experiment.tune "
                             "is true; set experiment.tune=false to run this value alone", text, parts[1], parts[2],
@@ -528,9 +618,9 @@ def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
         if not isinstance(algorithms, dict) or not algorithms:
             raise ConfigError("algorithms", algorithms, "expected at least one algorithm (conf/algorithm/*.yaml)")
         run["fit_overrides"] = _plain(fit_overrides)
-        run["algorithms"] = _plain({k: resolve_algorithm(k, v, fit_overrides) for k, v in algorithms.items()})
+        run["algorithms"] = {k: algorithm_spec(k, v, fit_overrides) for k, v in algorithms.items()}
         if any(override_key(o).split(".", 1)[0] == "fit_overrides" for o in overrides or ()):
-            retrain = [k for k, a in run["algorithms"].items() if "fit" in a]
+            retrain = [k for k, a in run["algorithms"].items() if "fit" in a.kwargs()]
             unused = [p for p in fit_overrides if not any(fnmatch.fnmatchcase(k, p) for k in retrain)]
             if unused:
                 log.warning("fit_overrides %s match none of this run's retraining algorithms (%s): they change nothing",

@@ -21,7 +21,8 @@ from ltrjax.data.queryset import QuerySet, random_split
 from ltrjax.models.train import FitConfig
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
-from ltrjax.schema import (RESOLVED_CONFIG, algorithm_schema, conf_dir, constructor_options, policy_class, validate)
+from ltrjax.schema import (RESOLVED_CONFIG, algorithm_schema, conf_dir, constructor_options, policy_class, resolve,
+                           validate)
 from tests.shared_data import MQ2008, needs_mq2008
 from tests.tiny_run import run_ltrjax
 
@@ -310,14 +311,13 @@ def test_bm25_fallback_replaces_or_drops_the_bm25_rows(caplog):
                   y_max=2, bm25_column=-1, feature_ids=np.array([1, 2, 5, 7], np.int32))
     data = pad_and_bucket(qs, 1)
     overrides = ["+dataset=letor", "dataset.path=x", "experiment=online_table"]
-    cfg = validate(composed(*overrides), overrides)
+    cfg = resolve(composed(*overrides), overrides)  # the runner takes the typed run
     dropped = bm25_fallback(cfg, data)
     assert "bm25" not in dropped.algorithms and "bm25" not in dropped.experiment.eta_sweep.algorithms
     assert "dataset.bm25_feature" in caplog.text
     assert build_simulator(dropped, data).warmup_policy is None
-    cfg.dataset.warmup_feature = 5
-    replaced = bm25_fallback(cfg, data)
-    assert list(replaced.algorithms)[0] == "feature_5" and replaced.algorithms["feature_5"]["feature"] == 5
+    replaced = bm25_fallback(cfg.replace(dataset={**cfg.dataset, "warmup_feature": 5}), data)
+    assert list(replaced.algorithms)[0] == "feature_5" and replaced.algorithms["feature_5"].options.feature == 5
     assert "feature_5" in replaced.experiment.eta_sweep.algorithms
     sim = build_simulator(replaced, data)
     assert sim.warmup_policy.column == 2  # feature id 5 is the third kept column
@@ -382,7 +382,7 @@ def test_only_bm25_rows_without_bm25_is_refused():
                              bm25_column=-1)
     overrides = ["+dataset=letor", "dataset.path=x", "+experiment.only=[bm25]"]
     with pytest.raises(ConfigError, match="experiment.only"):
-        bm25_fallback(validate(composed(*overrides), overrides), pad_and_bucket(qs, 1))
+        bm25_fallback(resolve(composed(*overrides), overrides), pad_and_bucket(qs, 1))
 
 
 def test_offline_fidelity_is_checked_like_offline():

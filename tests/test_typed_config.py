@@ -32,7 +32,7 @@ def test_default_config_resolves_to_the_typed_run():
     assert isinstance(run.layout, LayoutConfig) and isinstance(run.data, DataConfig) and isinstance(run.jax, JaxConfig)
     assert (type(run.seed), type(run.trials), type(run.progress), type(run.save_click_logs)) == (int, int, bool, bool)
     assert set(run.click_model.settings()) == {"kind", *KIND_KEYS[run.click_model.kind]}
-    assert all("_target_" in a for a in run.algorithms.values()) and run.dataset["kind"] == "synthetic"
+    assert all("_target_" in a.settings() for a in run.algorithms.values()) and run.dataset["kind"] == "synthetic"
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.trials = 5  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
