@@ -207,6 +207,7 @@ def smoke_runs(tmp: Path) -> tuple[Path, Path]:
 
     from ltrjax.data.toy import toy_queryset
     from ltrjax.runner import run_online
+    from ltrjax.schema import as_run
 
     queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
     out = []
@@ -219,7 +220,7 @@ def smoke_runs(tmp: Path) -> tuple[Path, Path]:
                 "experiment.eta_sweep.values=[]", "experiment.only=[ebrank]", "experiment.permutations=200",
                 "algorithms.ebrank.fit.max_epochs=3", "algorithms.ebrank.fit.batch_size=32",
                 f"algorithms.ebrank.epsilon={epsilon}", "algorithms.ebrank.min_impressions=1"])
-        run_online(cfg, tmp / label, queryset)
+        run_online(as_run(cfg), tmp / label, queryset)  # the runner takes the typed run
         out.append(tmp / label)
     return out[0], out[1]
 

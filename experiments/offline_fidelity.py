@@ -39,6 +39,7 @@ def main(argv=None) -> dict:
 
     configure_jax()  # as ltrjax.run: float32 products, compiled programs persist between runs
     from ltrjax.offline_runner import run_fidelity
+    from ltrjax.schema import offline_run
     cfg = OmegaConf.create({"experiment": OmegaConf.load(ROOT / "conf" / "experiment" / "offline_fidelity.yaml")})
     queryset = None
     if args.smoke:
@@ -50,7 +51,7 @@ def main(argv=None) -> dict:
         cfg = OmegaConf.merge(cfg, {"dataset": OmegaConf.load(ROOT / "conf" / "dataset" / f"{args.dataset}.yaml")})
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(args.overrides))
     out = pathlib.Path(args.out or ROOT / "outputs" / f"fidelity_{'smoke' if args.smoke else args.dataset}")
-    return run_fidelity(cfg, out, queryset=queryset)
+    return run_fidelity(offline_run(cfg, "offline_fidelity"), out, queryset=queryset)
 
 
 if __name__ == "__main__":

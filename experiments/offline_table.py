@@ -48,12 +48,13 @@ def main(argv=None) -> dict:
 
     configure_jax()  # as ltrjax.run: float32 products, compiled programs persist between runs
     from ltrjax.offline_runner import run_offline
+    from ltrjax.schema import offline_run
 
     dataset = args.dataset or (SMOKE_DATASET if args.smoke else "mq2008")
     cfg = compose(dataset, (SMOKE if args.smoke else []) + args.overrides)
     out = pathlib.Path(args.out or ROOT / "outputs" / f"offline_{dataset}{'_smoke' if args.smoke else ''}")
     print(OmegaConf.to_yaml(cfg.experiment), file=sys.stderr)
-    return run_offline(cfg, out)
+    return run_offline(offline_run(cfg), out)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,7 @@ def train_offline(queryset: QuerySet, click_log: ClickLog | str | Path | None = 
     Parquet file; None: simulate the logging), writing results.json, results.md and the saved models
     into ``out_dir`` (a temporary folder when None). Returns the results mapping of ``run_offline``."""
     from ltrjax.offline_runner import run_offline
+    from ltrjax.schema import offline_run
 
     with tempfile.TemporaryDirectory(prefix="ltrjax-offline-") as tmp:
         out = Path(out_dir) if out_dir is not None else Path(tmp)
@@ -198,4 +199,4 @@ def train_offline(queryset: QuerySet, click_log: ClickLog | str | Path | None = 
             write_click_log(path, click_log)
             click_log = path
         exp = {**settings.experiment(), "click_log": str(click_log) if click_log is not None else None}
-        return run_offline({"experiment": exp}, out, queryset=queryset)
+        return run_offline(offline_run({"experiment": exp}), out, queryset=queryset)

@@ -1,8 +1,8 @@
 """The runner of the offline experiments (``experiment=offline``, ``offline_fidelity``), beside ``ltrjax.runner``
 (the online one).
 
-It takes the run config (the typed run of ``ltrjax.schema.resolve``, an ``OfflineConfig`` / ``FidelityConfig``, or
-a run or experiment mapping: the Python API, scripts), loads the dataset, runs the trials of the protocol
+It takes the typed run (``ltrjax.schema.resolve``'s; the Python API, scripts and tests convert what they have with
+``ltrjax.schema.offline_run``), loads the dataset, runs the trials of the protocol
 (``ltrjax.offline.experiment``: ``prepare_trial`` then ``run_setting``; ``ltrjax.offline.fidelity_experiment``:
 the parts and claims), resumes a run folder, and writes results.json (``ltrjax.record``) and results.md
 (``ltrjax.report.offline_tables``, ``ltrjax.report.fidelity_report``).
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from ltrjax.offline import fidelity as F
 from ltrjax.offline import fidelity_experiment as FE
-from ltrjax.offline.config import TOP_LEVEL, FidelityConfig, OfflineConfig, as_mapping, from_mapping
+from ltrjax.offline.config import FidelityConfig, OfflineConfig, as_mapping, from_mapping
 from ltrjax.offline.estimators import ORACLE_ESTIMATORS
 from ltrjax.offline.experiment import METRICS, TrialData, click_relevance, prepare_trial, run_setting
 from ltrjax.offline import click_likelihood, per_query
@@ -29,71 +29,32 @@ from ltrjax.record import check_experiment, experiment_record, git_commit, jsona
 from ltrjax.report import fidelity_report
 from ltrjax.report.offline_tables import markdown_header, markdown_table, protocol_line, significance, summarize
 from ltrjax.saved import feature_spec, model_path, save_model
+from ltrjax.schema import ResolvedRun
+# the door's conversions (ltrjax.schema.offline_run) under the names scripts and tests import them by
+from ltrjax.schema import fidelity_experiment_config as fidelity_config  # noqa: F401
+from ltrjax.schema import offline_dataset as run_dataset  # noqa: F401
+from ltrjax.schema import offline_experiment_config as experiment_config  # noqa: F401
 
 
-# --------------------------------------------------------------------------- the door: configs and data
-def plain_experiment(cfg) -> dict:
-    """``cfg.experiment`` (or ``cfg`` itself when it has none) as a plain, resolved dict."""
-    exp = cfg.get("experiment", cfg) if hasattr(cfg, "get") else cfg
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(exp):
-            exp = OmegaConf.to_container(exp, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(exp or {})
-
-
-def experiment_config(cfg) -> OfflineConfig:
-    """The run's ``OfflineConfig``: ``cfg`` itself, or built from ``cfg.experiment`` (a run config) or from a
-    plain experiment mapping; the run-level keys it leaves null come from the top level of ``cfg``."""
-    if isinstance(cfg, OfflineConfig):
-        return cfg.resolved()
-    if isinstance(getattr(cfg, "experiment", None), OfflineConfig):  # a typed run (ltrjax.schema.ResolvedRun)
-        return cfg.experiment
-    top = {}
-    if hasattr(cfg, "get") and cfg.get("experiment") is not None:
-        top = {k: cfg.get(k) for k in TOP_LEVEL}
-    return from_mapping(OfflineConfig, plain_experiment(cfg)).resolved(top)
-
-
-def fidelity_config(cfg) -> FidelityConfig:
-    """The run's ``FidelityConfig``: ``cfg`` itself or built from ``cfg.experiment`` / a plain mapping."""
-    if isinstance(cfg, FidelityConfig):
-        return cfg
-    if isinstance(getattr(cfg, "experiment", None), FidelityConfig):  # a typed run (ltrjax.schema.ResolvedRun)
-        return cfg.experiment
-    return from_mapping(FidelityConfig, plain_experiment(cfg))
-
-
-def run_dataset(cfg) -> tuple[Mapping | None, str | None]:
-    """(``dataset`` block, ``data.cache_dir``) of ``run_offline``'s ``cfg``: read from a typed run
-    (``ltrjax.schema.ResolvedRun``); a run config given as a mapping or ``DictConfig`` (the Python API, scripts)
-    is read once here, and an experiment config alone has neither (None, None)."""
-    if isinstance(cfg, Mapping):  # a DictConfig is a Mapping too
-        data = cfg["data"] if "data" in cfg and cfg["data"] is not None else {}
-        return (cfg["dataset"] if "dataset" in cfg else None), (data["cache_dir"] if "cache_dir" in data else None)
-    data = cfg.data if hasattr(cfg, "data") else None
-    return (cfg.dataset if hasattr(cfg, "dataset") else None), (data.cache_dir if data is not None else None)
+# --------------------------------------------------------------------------- the typed run and its data
+def offline_experiment(run: ResolvedRun, schema: type):
+    """``run.experiment``, checked to be a ``schema`` (``run_offline`` and ``run_fidelity`` take the typed run only:
+    ``ltrjax.schema.resolve`` or, for Python callers, ``ltrjax.schema.offline_run``)."""
+    if not (isinstance(run, ResolvedRun) and isinstance(run.experiment, schema)):
+        raise TypeError(f"expected a typed run (ltrjax.schema.ResolvedRun) with a {schema.__name__} experiment, got "
+                        f"{type(run).__name__}: convert it with ltrjax.schema.offline_run")
+    return run.experiment
 
 
 def load_queryset(dataset, cache_dir: str | None = None, *, seed: int):
-    """The dataset of registry mapping ``dataset`` (a run's ``dataset`` block: ``ltrjax.schema.resolve`` fills in
-    the synthetic default) with every query kept (``min_docs: 0``); ``cache_dir``: ``data.cache_dir``."""
+    """The dataset of registry mapping ``dataset`` (a typed run's ``dataset`` block: ``ltrjax.schema.resolve`` fills
+    in the synthetic default) with every query kept (``min_docs: 0``); ``cache_dir``: ``data.cache_dir``."""
     from ltrjax.data.registry import load_dataset
 
     if dataset is None:
         raise ValueError("no dataset: pass a queryset, or a run config with a dataset block (python -m ltrjax.run "
                          "+dataset=NAME; ltrjax.schema.resolve fills in the synthetic default)")
-    try:
-        from omegaconf import OmegaConf
-
-        ds = OmegaConf.to_container(dataset, resolve=True) if OmegaConf.is_config(dataset) else dict(dataset)
-    except ImportError:  # pragma: no cover
-        ds = dict(dataset)
-    ds["min_docs"] = 0
-    return load_dataset(ds, seed=int(seed), cache_dir=cache_dir or None)
+    return load_dataset({**dataset, "min_docs": 0}, seed=int(seed), cache_dir=cache_dir or None)
 
 
 # --------------------------------------------------------------------------- experiment=offline
@@ -145,13 +106,13 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
             writer.close()
 
 
-def _results(trials, infos, exp: OfflineConfig, qs, cfg=None) -> dict:
+def _results(trials, infos, exp: OfflineConfig, qs, dataset=None) -> dict:
     return {"algorithms": summarize(trials, exp.estimators, METRICS), "significance": significance(
                 trials, exp.estimators, METRICS), "dataset": getattr(qs, "name", "?"),
             "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
             "data": qs.preprocess_report.as_dict() if getattr(qs, "preprocess_report", None) else None,
             "measures": per_query.measures(METRICS, exp.eval.map_threshold), "per_query": per_query.FILE,
-            "record": experiment_record(exp.kind, cfg),
+            "record": experiment_record(exp.kind, dataset),
             "training": {name: trials[-1][name].get("schedule") for name in exp.estimators
                          if trials and name in trials[-1]}}
 
@@ -171,13 +132,13 @@ def offline_markdown(results: dict, exp: OfflineConfig) -> str:
             + click_likelihood.markdown(click_likelihood.rows_of(results)))
 
 
-def run_offline(cfg, out_dir, queryset=None) -> dict:
-    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md. ``cfg`` is the
-    typed run (``ltrjax.schema.resolve``), an ``OfflineConfig``, or a run or experiment mapping."""
-    exp = experiment_config(cfg)
+def run_offline(run: ResolvedRun, out_dir, queryset=None) -> dict:
+    """Run the offline table: every estimator, ``trials`` seeds; writes results.json and results.md. ``run`` is the
+    typed run (``ltrjax.schema.resolve``; Python callers: ``ltrjax.schema.offline_run``)."""
+    exp = offline_experiment(run, OfflineConfig)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=exp.seed)
+    qs = queryset if queryset is not None else load_queryset(run.dataset, run.data.cache_dir, seed=exp.seed)
     trials, infos = finished_trials(out_dir, exp, qs) if exp.resume else ([], [])
     click_data = None
     log_path = exp.click_log or qs.info.get("click_log")  # a real-click dataset (baidu_ultr) brings its log
@@ -200,8 +161,8 @@ def run_offline(cfg, out_dir, queryset=None) -> dict:
         per_query.write(out_dir, per_query.table(per_query.take(res), qs.qids, t), t)
         trials.append(res)
         infos.append({"seed": seed, **trial.info, **res.get("_logging", {}), "timing": res.get("_timing", {})})
-        write_results(out_dir, _results(trials, infos, exp, qs, cfg))  # write_results makes it JSON
-    results = jsonable(_results(trials, infos, exp, qs, cfg))
+        write_results(out_dir, _results(trials, infos, exp, qs, run.dataset))  # write_results makes it JSON
+    results = jsonable(_results(trials, infos, exp, qs, run.dataset))
     groups = qs.info.get("frequency_bucket")  # {query_id: bucket} (Baidu-ULTR's annotated queries)
     if groups:
         results["by_frequency_bucket"] = per_query.group_means(out_dir, groups, GROUP_METRICS)
@@ -244,17 +205,18 @@ def fidelity_markdown(results: dict) -> str:
     return fidelity_report.markdown(results, FE.VEC_SETTINGS, FE.PAPER, ORACLE_ESTIMATORS)
 
 
-def run_fidelity(cfg, out_dir, queryset=None, log=print) -> dict:
-    """Run every part of ``experiment.parts`` on the run's dataset; write results.json / results.md / figures."""
-    fx = fidelity_config(cfg)
+def run_fidelity(run: ResolvedRun, out_dir, queryset=None, log=print) -> dict:
+    """Run every part of ``experiment.parts`` on the run's dataset; write results.json / results.md / figures.
+    ``run`` is the typed run (``ltrjax.schema.resolve``; Python callers: ``ltrjax.schema.offline_run``)."""
+    fx = offline_experiment(run, FidelityConfig)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    qs = queryset if queryset is not None else load_queryset(*run_dataset(cfg), seed=fx.seed)
+    qs = queryset if queryset is not None else load_queryset(run.dataset, run.data.cache_dir, seed=fx.seed)
     check_experiment(out_dir, "offline_fidelity", as_mapping(fx), FIDELITY_RESUME_IGNORES, getattr(qs, "name", "?"))
     t0 = time.perf_counter()
     vec_reason = FE.vectorization_untestable(qs)
     results = {"dataset": getattr(qs, "name", "?"), "header": fidelity_header(fx, qs, vec_reason), "claims": [],
-               "config": as_mapping(fx), "record": experiment_record("offline_fidelity", cfg),
+               "config": as_mapping(fx), "record": experiment_record("offline_fidelity", run.dataset),
                "training": {}, "sizes": {"trials": int(fx.trials), "n_queries": int(qs.n_queries)}}
     parts = {}
 

@@ -333,13 +333,7 @@ def hold_run_folder(out_dir: Path) -> Iterator[Path]:
         lock.release()
 
 
-def experiment_record(kind: str, cfg) -> dict:
-    """The ``record`` block of an offline or fidelity results.json: ``run_record`` and the resolved dataset block
-    of ``cfg`` (None when the run names none)."""
-    from omegaconf import OmegaConf
-
-    # a run config (DictConfig or mapping), a typed run (ltrjax.schema.ResolvedRun) or an experiment config alone
-    dataset = cfg.get("dataset") if hasattr(cfg, "get") else getattr(cfg, "dataset", None)
-    if OmegaConf.is_config(dataset):
-        dataset = OmegaConf.to_container(dataset, resolve=True)
+def experiment_record(kind: str, dataset) -> dict:
+    """The ``record`` block of an offline or fidelity results.json: ``run_record`` and the typed run's resolved
+    ``dataset`` block (None when the run names none)."""
     return {**run_record(kind), "dataset": jsonable(dataset)}

@@ -35,7 +35,7 @@ from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
 from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
-from ltrjax.schema import (RESOLVED_CONFIG, UNSET, AlgorithmSpec, ResolvedRun, algorithm_spec, as_run,  # noqa: F401
+from ltrjax.schema import (RESOLVED_CONFIG, UNSET, AlgorithmSpec, ResolvedRun, algorithm_spec,  # noqa: F401
                            check_segments, fit_override, write_resolved_config)
 from ltrjax.saved import feature_spec, model_path, save_model
 
@@ -499,7 +499,7 @@ def selected_algorithms(run: ResolvedRun) -> dict:
 def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=None, data=None) -> float:
     """Every algorithm of ``run.algorithms`` (``experiment.only``) x ``run.trials`` under ``run.sim``.
 
-    ``run`` is ``ltrjax.schema.resolve``'s typed run (a config not yet resolved is resolved first:
+    ``run`` is ``ltrjax.schema.resolve``'s typed run (Python callers convert a config first:
     ``ltrjax.schema.as_run``). ``experiment.kind == "online"`` writes the plain comparison table, the table kinds
     the papers' report (significance, exploitation ratios, click rates, sweeps). Returns the validation objective
     (``experiment.objective``: an algorithm key; default ebrank, else the first row). ``on_accepted`` (if given)
@@ -509,7 +509,9 @@ def run_online(run: ResolvedRun, out_dir: Path, queryset: QuerySet, on_accepted=
     the caller can release the flat features first (``QuerySet.without_features``; ``run_experiment`` does); None:
     laid out here.
     """
-    run = as_run(run)
+    if not isinstance(run, ResolvedRun):
+        raise TypeError(f"run_online takes the typed run (ltrjax.schema.ResolvedRun), got {type(run).__name__}: "
+                        "convert it with ltrjax.schema.as_run")
     tic = time.perf_counter()
     data = padded_data(run, queryset) if data is None else data
     run = bm25_fallback(run, data)

@@ -47,7 +47,7 @@ from ltrjax.constraints import (ConfigError, Each, NonNegative, NonNegativeInt, 
 from ltrjax.data.registry import DatasetConfig, check_dataset, synthetic_schema
 from ltrjax.models.train import FitConfig
 from ltrjax.offline.config import TOP_LEVEL as OFFLINE_TOP_LEVEL
-from ltrjax.offline.config import FidelityConfig, OfflineConfig
+from ltrjax.offline.config import FidelityConfig, OfflineConfig, from_mapping
 from ltrjax.offline.train import TrainConfig
 from ltrjax.online.simulator import SimConfig
 from ltrjax.precision import DEFAULT_MATMUL_PRECISION, MATMUL_PRECISIONS
@@ -172,7 +172,7 @@ class ResolvedRun:
     data: DataConfig
     jax: JaxConfig
     experiment: Any
-    dataset: Dict[str, Any]
+    dataset: Optional[Dict[str, Any]]  # None: a Python caller's run that passes its query set
     sim: Optional[SimConfig] = None
     population: Optional[PopulationConfig] = None
     layout: Optional[LayoutConfig] = None
@@ -654,8 +654,9 @@ def validate(cfg, overrides=(), cwd: pathlib.Path | None = None) -> DictConfig:
 def as_run(cfg) -> ResolvedRun:
     """``cfg`` as a ``ResolvedRun``: a ``ResolvedRun`` as it is; a config not yet resolved (a composed
     ``DictConfig``, ``validate``'s result, or a mapping; Hydra's own ``hydra`` and ``defaults`` keys of an
-    uncomposed ``conf/config.yaml`` ignored) resolved once (``resolve``). For the Python entry points of the
-    runners (``ltrjax.runner.run_online``, ``build_simulator``), which also take untyped configs."""
+    uncomposed ``conf/config.yaml`` ignored) resolved once (``resolve``). The door of Python callers (scripts,
+    benchmarks, tests) of the runners, which take the typed run only (``ltrjax.runner.run_online``,
+    ``build_simulator``)."""
     if isinstance(cfg, ResolvedRun):
         return cfg
     if isinstance(cfg, DictConfig):
@@ -663,6 +664,53 @@ def as_run(cfg) -> ResolvedRun:
     else:
         cfg = {k: v for k, v in dict(cfg).items() if k not in ("hydra", "defaults")}
     return resolve(cfg)
+
+
+def offline_run(cfg, kind: str = "offline") -> ResolvedRun:
+    """The typed run of ``ltrjax.offline_runner.run_offline`` (``kind`` offline) or ``run_fidelity``
+    (offline_fidelity), from what the Python callers (``ltrjax.api``, scripts, tests) pass: a ``ResolvedRun`` as it
+    is; an ``OfflineConfig`` / ``FidelityConfig`` alone; a run mapping or ``DictConfig`` with an ``experiment`` block
+    (its ``dataset``, ``data.cache_dir`` and run-level keys read); or an experiment mapping alone. A mapping's
+    experiment is typed by ``ltrjax.offline.config.from_mapping`` (the run-level keys it leaves null from the top
+    level, else ``OFFLINE_TOP_LEVEL``); the dataset is kept as given (None: the caller passes a query set)."""
+    if isinstance(cfg, ResolvedRun):
+        return cfg
+    schema = FidelityConfig if kind == "offline_fidelity" else OfflineConfig
+    dataset, cache_dir, top = None, None, {}
+    if isinstance(cfg, schema):
+        exp = cfg
+    else:
+        if OmegaConf.is_config(cfg):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+        cfg = dict(cfg or {})
+        if cfg.get("experiment") is not None:  # a run mapping
+            top = {k: cfg.get(k) for k in OFFLINE_TOP_LEVEL}
+            dataset = cfg.get("dataset")
+            cache_dir = (cfg.get("data") or {}).get("cache_dir")
+        exp = from_mapping(schema, dict(cfg.get("experiment", cfg) or {}))
+    if isinstance(exp, OfflineConfig):
+        exp = exp.resolved(top)
+    defaults = RunConfig()
+    return ResolvedRun(seed=exp.seed, trials=exp.trials, progress=exp.progress,
+                       save_click_logs=getattr(exp, "save_click_logs", defaults.save_click_logs),
+                       click_log=getattr(exp, "click_log", defaults.click_log), data=DataConfig(cache_dir=cache_dir),
+                       jax=defaults.jax, experiment=exp, dataset=dataset)
+
+
+def offline_experiment_config(cfg) -> OfflineConfig:
+    """``offline_run(cfg).experiment``: the ``OfflineConfig`` of what a script or test passes."""
+    return offline_run(cfg).experiment
+
+
+def fidelity_experiment_config(cfg) -> FidelityConfig:
+    """``offline_run(cfg, "offline_fidelity").experiment``."""
+    return offline_run(cfg, "offline_fidelity").experiment
+
+
+def offline_dataset(cfg) -> tuple[Optional[dict], Optional[str]]:
+    """(``dataset`` block, ``data.cache_dir``) of ``offline_run(cfg)``."""
+    run = offline_run(cfg)
+    return run.dataset, run.data.cache_dir
 
 
 RESOLVED_CONFIG = "resolved_config.yaml"

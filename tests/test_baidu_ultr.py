@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pytest
 
+from ltrjax.schema import offline_run
 from ltrjax.clicklog import read_click_log
 from ltrjax.data.baidu_ultr import FEATURES, read_baidu_ultr
 from ltrjax.data.errors import DataCheckError, DatasetNotFoundError
@@ -105,7 +106,7 @@ def test_every_registered_estimator_trains_from_it(generated, tmp_path):
     qs = load_dataset(settings(root, min_docs=0), cache_dir=tmp_path)
     cfg = {"experiment": {"trials": 1, "progress": False, "estimators": list(ALL_ESTIMATORS), "eval_buckets": 1,
                           "train": {"max_epochs": 2, "patience": 1}, "save_models": False}}
-    results = run_offline(cfg, tmp_path / "run", queryset=qs)
+    results = run_offline(offline_run(cfg), tmp_path / "run", queryset=qs)
     info = results["trials_info"][0]["click_log"]
     assert info["sessions_train"] + info["sessions_test"] == 120 and 0 < info["sessions_held_out"] == \
         info["sessions_test"] < 30  # heldout_fraction 0.1 of the pages

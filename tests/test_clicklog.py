@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from ltrjax.schema import offline_run
 from ltrjax.clicklog import SCHEMA, ClickLog, ClickLogError, iter_click_log, read_click_log, write_click_log
 from ltrjax.offline.click_data import click_training_data
 from ltrjax.offline_runner import run_offline
@@ -26,13 +27,13 @@ def _offline_cfg(**extra):
 def test_offline_round_trip_trains_the_same_estimators(tmp_path):
     # the fidelity smoke's data and logging chunk (two chunks here): its PRS part compiled naive, ips and prs
     qs = toy_queryset(n_queries=60, seed=3)
-    memory = run_offline(_offline_cfg(save_click_logs=True), tmp_path / "memory", queryset=qs)
+    memory = run_offline(offline_run(_offline_cfg(save_click_logs=True)), tmp_path / "memory", queryset=qs)
     path = tmp_path / "memory" / "click_logs" / "trial0.parquet"
     log = read_click_log(path)
     assert log.n_sessions == 20_000 and set(np.unique(log.split)) == {0}
     assert log.metadata["source"] == "offline" and json.loads(log.metadata["click_model"])["threshold"] == 2
     assert int(log.clicks.sum()) == memory["trials_info"][0]["clicks"]
-    replay = run_offline(_offline_cfg(click_log=str(path)), tmp_path / "replay", queryset=qs)
+    replay = run_offline(offline_run(_offline_cfg(click_log=str(path))), tmp_path / "replay", queryset=qs)
     for name in ESTIMATORS:
         a, b = memory["algorithms"][name]["trials"][0], replay["algorithms"][name]["trials"][0]
         for key in ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map", "epochs", "best_vali"):
@@ -195,7 +196,7 @@ def test_a_log_in_clax_shape_reads_and_trains(tmp_path):
     np.testing.assert_array_equal(log.time, np.arange(2_000))
     assert log.doc_ids[7, :len(docs[7])].tolist() == docs[7] and log.clicks[7, :len(docs[7])].tolist() == \
         [bool(c) for c in clicks[7]]
-    res = run_offline(_offline_cfg(click_log=str(tmp_path / "clax.parquet"), estimators=["naive", "ips"]),
+    res = run_offline(offline_run(_offline_cfg(click_log=str(tmp_path / "clax.parquet"), estimators=["naive", "ips"])),
                       tmp_path / "run", queryset=qs)
     info = res["trials_info"][0]["click_log"]
     assert info["sessions_train"] == 2_000 and info["clicks"] == int(log.clicks.sum())

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ltrjax.schema import offline_run
 from ltrjax.clicks import make_click_model, sample_clicks
 from ltrjax.offline import fidelity as F
 
@@ -222,7 +223,7 @@ def test_every_estimator_of_a_fidelity_table_has_the_same_schedule(tmp_path):
                                                                   "base_hidden": [8]}},
                           "vectorization": {"dims": [2], "settings": ["trust_bias"], "n_sessions": 3000,
                                             "estimators": ["naive", "dla", "affine", "production", "labeled"]}}}
-    run_fidelity(cfg, tmp_path, queryset=toy_queryset(60, seed=3))
+    run_fidelity(offline_run(cfg, "offline_fidelity"), tmp_path, queryset=toy_queryset(60, seed=3))
     saved = json.loads((tmp_path / "results.json").read_text())
     plan = saved["training"]["vectorization_trust_bias"]
     assert set(plan) == {"naive", "dla", "affine", "production", "labeled", "vectorization"}
@@ -397,7 +398,7 @@ def test_beds_and_experiment_pass_the_bed_to_the_checks(monkeypatch, tmp_path):
         **OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "experiment" / "offline_fidelity.yaml")),
         "vectorization": {"settings": []}, "prs": {"estimators": []},
         "vector_eh": {"seeds": 2, "first_seed": 7, "n_queries": 25, "dims": [3]}}})
-    offline_runner.run_fidelity(cfg, tmp_path, queryset=tb.queryset(30))
+    offline_runner.run_fidelity(offline_run(cfg, "offline_fidelity"), tmp_path, queryset=tb.queryset(30))
     assert seen["seeds"] == [7, 8] and seen["n_queries"] == 25 and seen["junk"] == 0.3 and seen["dims"] == (3,)
     assert seen["over"]["ranker"] == "mlp" and seen["over"]["logging_boost"]["weight"] == 1.5
 
@@ -418,7 +419,8 @@ def test_prs_table1_pair_runs_on_trees_with_estimated_propensities(tmp_path):
                                   "click_sweep": [10], "noise": [0.1], "assumed_eta": [1.0], "table1": True,
                                   "table1_rounds": 3}}}
     # the smoke run's data (experiments/offline_fidelity.py): its PRS part compiled the linear ips and prs programs
-    res = run_fidelity(cfg, tmp_path, queryset=toy_queryset(60, seed=3), log=lambda *a: None)
+    res = run_fidelity(offline_run(cfg, "offline_fidelity"), tmp_path, queryset=toy_queryset(60, seed=3),
+                       log=lambda *a: None)
     (c,) = [c for c in res["claims"] if c["id"] == "prs_lambda_gt_unbiased_lambdamart"]
     assert c["verdict"] != "untestable" and c["n"] == 2 and 0.0 <= c["p_value"] <= 1.0
     assert set(c["ours"]) == {"prs_lambda", "pair_debias_lambda"}

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ltrjax.schema import offline_run
 from ltrjax.offline import experiment as E
 from ltrjax.offline_runner import experiment_config
 from ltrjax.offline import gbdt
@@ -170,7 +171,7 @@ def test_offline_fidelity_prs_part_with_trees_smoke(tmp_path):
                                   "clicks_per_query": 20, "click_sweep": [20], "noise": [0.0, 0.1],
                                   "assumed_eta": [1.0, 2.0], "table1": False}}}
     qs = toy_queryset(n_queries=50, n_features=6, docs=(6, 30), y_max=2, seed=3, recipe="latent")
-    res = run_fidelity(cfg, tmp_path, queryset=qs, log=lambda *a: None)
+    res = run_fidelity(offline_run(cfg, "offline_fidelity"), tmp_path, queryset=qs, log=lambda *a: None)
     measured = [c for c in res["claims"] if c["paper"] == "PRS" and c["verdict"] != "untestable"]
     assert [c["id"] for c in measured] == ["prs_gt_ips", "prs_gt_pns", "prs_ips_gap_vs_noise", "prs_ips_gap_vs_eta"]
     assert all("lambdamart" in c["setting"] for c in measured)

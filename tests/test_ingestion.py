@@ -8,6 +8,7 @@ import logging
 import numpy as np
 import pytest
 
+from ltrjax.schema import offline_run
 from ltrjax.clicklog import ClickLog, ClickLogError, write_click_log
 from ltrjax.data.errors import DataCheckError
 from ltrjax.data.letor import parse_letor_bytes, read_letor
@@ -84,7 +85,7 @@ def test_sessions_on_queries_preprocessing_dropped_are_skipped_and_counted(tmp_p
     cfg = {"experiment": {"trials": 1, "progress": False, "estimators": ["naive"], "eval_buckets": 1,
                           "train": {"max_epochs": 2, "patience": 1}, "save_models": False,
                           "click_log": str(tmp_path / "real.parquet")}}
-    results = run_offline(cfg, tmp_path / "run", queryset=qs)
+    results = run_offline(offline_run(cfg), tmp_path / "run", queryset=qs)
     assert results["trials_info"][0]["click_log"]["skipped_dropped_query"] == 3
     assert results["data"]["test_queries_purged"] == 2
     unknown = sessions(qs, n=3, qids=[12345, 12345, 12345])

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ltrjax.schema import offline_run
 from ltrjax.offline.estimators import LabeledBatch, make_estimator
 from ltrjax.offline.evaluate import make_evaluator, make_validator
 from ltrjax.offline_runner import run_offline
@@ -78,7 +79,7 @@ def test_run_offline_end_to_end(tmp_path):
                           "estimators": ["prs", "production", "labeled"],
                           "click_model": {"threshold": 2}, "train": {"max_epochs": 5, "patience": 2},
                           "logging_chunk": 8192, "eval_buckets": 1}}
-    out = run_offline(cfg, tmp_path, queryset=qs)
+    out = run_offline(offline_run(cfg), tmp_path, queryset=qs)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "results.md").exists()
     assert set(saved["algorithms"]) == {"prs", "production", "labeled"}
@@ -167,7 +168,7 @@ def test_presented_lists_are_whole_candidate_lists_and_the_budget_counts_clicks(
     qs = toy_queryset(n_queries=60, seed=3)  # the fidelity smoke's data: its PRS part compiled these programs
     cfg = {"experiment": {"trials": 1, "n_clicks": 3000, "progress": False, "estimators": ["prs", "ips_oracle"],
                           "train": {"max_steps": 6, "eval_every_steps": 3}, "eval_buckets": 1, "save_models": False}}
-    out = run_offline(cfg, tmp_path, queryset=qs)
+    out = run_offline(offline_run(cfg), tmp_path, queryset=qs)
     info = out["trials_info"][0]
     sizes = np.diff(qs.query_offsets)
     assert info["list_size"] <= sizes.max() and info["list_size"] > 10 and info["mean_presented"] > 10
@@ -178,6 +179,6 @@ def test_presented_lists_are_whole_candidate_lists_and_the_budget_counts_clicks(
     drop = ("best_step",)  # what each fit made of the same schedule
     assert {k: v for k, v in out["training"]["prs"].items() if k not in drop} == \
         {k: v for k, v in out["training"]["ips_oracle"].items() if k not in drop}
-    cut = run_offline({"experiment": {**cfg["experiment"], "list_size": 10, "clicks_per_query": 5.0}},
+    cut = run_offline(offline_run({"experiment": {**cfg["experiment"], "list_size": 10, "clicks_per_query": 5.0}}),
                       tmp_path / "cut", queryset=qs)["trials_info"][0]
     assert cut["list_size"] == 10 and abs(cut["clicks_per_query"] - 5.0) < 0.5

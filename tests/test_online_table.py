@@ -13,6 +13,7 @@ from ltrjax.online import trial as trial_lib
 from ltrjax.online.simulator import Simulator
 from ltrjax.report.online_report import safe_name
 from ltrjax.runner import result_name
+from ltrjax.schema import as_run
 from ltrjax.data.toy import toy_queryset
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -65,7 +66,7 @@ def table_cfg():
 
 def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
     queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
-    objective = runner.run_online(table_cfg, tmp_path, queryset)
+    objective = runner.run_online(as_run(table_cfg), tmp_path, queryset)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["algorithms"]) == {"bm25", "cftopk@concat", "ebrank"}
     for name, entry in results["algorithms"].items():
@@ -102,7 +103,7 @@ def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
     monkeypatch.setattr(Simulator, "run_population",
                         lambda self, policy, keys, *a, **k: calls.append((policy.name, len(keys)))
                         or original(self, policy, keys, *a, **k))
-    runner.run_online(table_cfg, tmp_path, queryset)
+    runner.run_online(as_run(table_cfg), tmp_path, queryset)
     assert calls == [("ebrank", 2)]  # one trial x the 2-value grid
     again = json.loads((tmp_path / "results.json").read_text())["algorithms"]["ebrank"]["trials"][1]
     assert again["cum_ndcg"] == pytest.approx(before["cum_ndcg"]) and again["chosen"] == before["chosen"]
@@ -110,7 +111,7 @@ def test_online_table_run_and_resume(table_cfg, tmp_path, monkeypatch):
     # a results file of another protocol is refused instead of being mixed in
     other = OmegaConf.merge(table_cfg, {"sim": {"entry_prob": 0.5}})
     with pytest.raises(ValueError, match="sim.entry_prob: 1.0 → 0.5.*another folder"):
-        runner.run_online(other, tmp_path, queryset)
+        runner.run_online(as_run(other), tmp_path, queryset)
 
 
 def test_cum_units_sum_to_cum_ndcg():
@@ -134,7 +135,7 @@ def test_a_row_interrupted_in_its_second_chunk_keeps_the_trial_of_its_first(tabl
     OmegaConf.set_struct(cfg, False)
     cfg.algorithms = {"ebrank": table_cfg.algorithms.ebrank}
     cfg.experiment.eta_sweep["values"] = []
-    runner.run_online(cfg, tmp_path / "whole", queryset)
+    runner.run_online(as_run(cfg), tmp_path / "whole", queryset)
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
 
     chunks, populations = [], []
@@ -148,7 +149,7 @@ def test_a_row_interrupted_in_its_second_chunk_keeps_the_trial_of_its_first(tabl
 
     monkeypatch.setattr(trial_lib, "run_members", interrupted_in_the_second_chunk)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_online(cfg, tmp_path / "cut", queryset)
+        runner.run_online(as_run(cfg), tmp_path / "cut", queryset)
     kept = json.loads((tmp_path / "cut" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
     assert [t["seed"] for t in kept] == [0] and kept[0]["population"]["finished"] is False
     assert (tmp_path / "cut" / "arrays" / safe_name("ebrank") / "trial0.npz").exists()
@@ -157,7 +158,7 @@ def test_a_row_interrupted_in_its_second_chunk_keeps_the_trial_of_its_first(tabl
     monkeypatch.setattr(trial_lib, "run_members", run_members)
     monkeypatch.setattr(Simulator, "run_population", lambda self, policy, keys, *a, **k: populations.append(
         len(keys)) or run_population(self, policy, keys, *a, **k))
-    runner.run_online(cfg, tmp_path / "cut", queryset)
+    runner.run_online(as_run(cfg), tmp_path / "cut", queryset)
     assert populations == [2]  # trial 1's two members only
     resumed = json.loads((tmp_path / "cut" / "results.json").read_text())["algorithms"]["ebrank"]["trials"]
     assert [t["seed"] for t in resumed] == [0, 1]
@@ -182,7 +183,7 @@ def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch)
     original = Simulator.run_population
     monkeypatch.setattr(Simulator, "run_population", lambda self, policy, keys, *a, **k: calls.append(
         (policy.name, len(keys))) or original(self, policy, keys, *a, **k))
-    runner.run_online(cfg, tmp_path / "shared", queryset)
+    runner.run_online(as_run(cfg), tmp_path / "shared", queryset)
     assert calls == [("ebrank", 2), ("ebrank_beta4", 1)]
     rows = json.loads((tmp_path / "shared" / "results.json").read_text())["algorithms"]
     shared = rows["ebrank_wo_explore"]["trials"][0]
@@ -194,7 +195,7 @@ def test_rows_equal_to_grid_members_reuse_them(table_cfg, tmp_path, monkeypatch)
     alone = OmegaConf.merge(cfg, {})
     alone.algorithms = {"ebrank_wo_explore": cfg.algorithms.ebrank_wo_explore}
     calls.clear()
-    runner.run_online(alone, tmp_path / "alone", queryset)
+    runner.run_online(as_run(alone), tmp_path / "alone", queryset)
     assert calls == [("ebrank_wo_explore", 1)]
     own = json.loads((tmp_path / "alone" / "results.json").read_text())["algorithms"]["ebrank_wo_explore"]["trials"][0]
     for metric in ("cum_ndcg", "warm_ndcg", "cold_ndcg"):  # a member of a population of 2 vs 1: float rounding

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 
+from ltrjax.schema import offline_run
 from ltrjax.data.toy import toy_queryset
 from ltrjax.offline.experiment import METRICS
 from ltrjax.offline_runner import run_offline
@@ -16,7 +17,7 @@ def test_per_query_parquet_holds_the_means_of_results_json(tmp_path):
     qs = toy_queryset(n_queries=60, seed=3)
     cfg = {"experiment": {"trials": 2, "n_sessions": 5_000, "progress": False, "estimators": ["naive", "production"],
                           "train": {"max_epochs": 2, "patience": 1}, "eval_buckets": 1, "save_models": False}}
-    results = run_offline(cfg, tmp_path, queryset=qs)
+    results = run_offline(offline_run(cfg), tmp_path, queryset=qs)
     table = pq.read_table(tmp_path / "per_query.parquet")
     assert table.schema.names == ["query_id", "trial", "estimator", "metric", "value"]
     rows = {n: np.asarray(table.column(n).to_pylist()) for n in table.schema.names}
@@ -36,5 +37,5 @@ def test_per_query_parquet_holds_the_means_of_results_json(tmp_path):
     assert "- `err@10`: `ERR@10`" in md and "- `map`: `AP`" in md
     # a resumed run with a third trial keeps the rows of the first two
     cfg["experiment"]["trials"] = 3
-    run_offline(cfg, tmp_path, queryset=qs)
+    run_offline(offline_run(cfg), tmp_path, queryset=qs)
     assert set(pq.read_table(tmp_path / "per_query.parquet").column("trial").to_pylist()) == {0, 1, 2}

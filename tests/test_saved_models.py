@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from ltrjax.schema import offline_run as typed_offline_run
 from ltrjax import runner
 from ltrjax.clicklog import read_click_log
 from ltrjax.offline_runner import run_offline
+from ltrjax.schema import as_run
 from ltrjax.data.toy import toy_queryset
 from ltrjax.online.simulator import Simulator
 from ltrjax.saved import load_model, model_path
@@ -44,7 +46,7 @@ def offline_run(letor_folder, tmp_path_factory):
            "experiment": {"trials": 1, "n_sessions": 20_000, "progress": False, "estimators": ["ips", "labeled"],
                           "click_model": {"threshold": 2}, "train": {"max_epochs": 30, "patience": 30},
                           "eval": {"binarize": False}, "logging_chunk": 8192, "eval_buckets": 1}}
-    return run_offline(cfg, out), out
+    return run_offline(typed_offline_run(cfg), out), out
 
 
 @pytest.mark.parametrize("name", ["ips", "labeled"])
@@ -111,7 +113,7 @@ def online_cfg():
 
 def test_online_run_saves_models_and_click_logs(online_cfg, tmp_path, monkeypatch):
     qs = toy_queryset(n_queries=30, docs=(7, 14), n_features=5, seed=2)
-    runner.run_online(online_cfg, tmp_path, qs)
+    runner.run_online(as_run(online_cfg), tmp_path, qs)
     results = json.loads((tmp_path / "results.json").read_text())
     data = runner.padded_data(online_cfg, qs)
     for name in ("ebrank", "random_k"):
@@ -138,7 +140,7 @@ def test_online_run_saves_models_and_click_logs(online_cfg, tmp_path, monkeypatc
     calls = []
     original = Simulator.run_population
     monkeypatch.setattr(Simulator, "run_population", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
-    runner.run_online(online_cfg, tmp_path, qs)
+    runner.run_online(as_run(online_cfg), tmp_path, qs)
     assert calls == [] and json.loads((tmp_path / "results.json").read_text())["algorithms"] == results["algorithms"]
     with pytest.raises(ValueError, match="only experiment=offline trains from a click log"):
-        runner.run_online(OmegaConf.merge(online_cfg, {"click_log": "x.parquet"}), tmp_path / "x", qs)
+        runner.run_online(as_run(OmegaConf.merge(online_cfg, {"click_log": "x.parquet"})), tmp_path / "x", qs)
