@@ -676,7 +676,7 @@ def offline_run(cfg, kind: str = "offline") -> ResolvedRun:
     if isinstance(cfg, ResolvedRun):
         return cfg
     schema = FidelityConfig if kind == "offline_fidelity" else OfflineConfig
-    dataset, cache_dir, top = None, None, {}
+    dataset, cache_dir, top = None, None, None
     if isinstance(cfg, schema):
         exp = cfg
     else:

@@ -174,7 +174,7 @@ def check_dataset(mapping, cwd: pathlib.Path | None = None) -> dict:
 
     if mapping is None:
         mapping = default_dataset()
-    kind = (mapping or {}).get("kind", "letor") if isinstance(mapping, (dict, DictConfig)) else None
+    kind = (mapping or {}).get("kind", DatasetConfig.kind) if isinstance(mapping, (dict, DictConfig)) else None
     if kind == "baidu_ultr":
         data = typed(baidu_schema(), mapping, "dataset", label="dataset")
         values = dataclasses.asdict(data)

@@ -176,9 +176,9 @@ class OfflineConfig:
 
     def resolved(self, top=None) -> OfflineConfig:
         """``seed``, ``trials``, ``progress``, ``click_log``, ``save_click_logs`` left null taken from ``top`` (the
-        run's top level, ``conf/config.yaml``), else ``TOP_LEVEL``'s values."""
-        top = top or {}
-        fill = {k: (top.get(k) if top.get(k) is not None else v) for k, v in TOP_LEVEL.items()
+        run's top level, ``conf/config.yaml``: a value, or None, for every key of ``TOP_LEVEL``), else
+        ``TOP_LEVEL``'s values (also without a ``top``)."""
+        fill = {k: (v if top is None or top[k] is None else top[k]) for k, v in TOP_LEVEL.items()
                 if getattr(self, k) is None}
         return dataclasses.replace(self, **fill) if fill else self
 
