@@ -244,3 +244,53 @@ def test_the_click_model_reaches_the_simulator_typed(monkeypatch):
     np.testing.assert_allclose(np.asarray(sim.click_model.beta), theta * eps_minus, rtol=1e-6)
     assert run.to_config().click_model == {"kind": "trust_bias", **{k: getattr(run.click_model, k)
                                                                    for k in KIND_KEYS["trust_bias"]}}
+
+
+def test_an_algorithm_option_reaches_the_policy_typed(monkeypatch, tmp_path):
+    """From ``conf/algorithm/ebrank.yaml`` and a command-line override to the function that uses EBRank's
+    ``min_impressions`` (``member_splits`` at each retrain, through ``run_online``): the option is typed once at the
+    door into an ``AlgorithmSpec`` whose options are a frozen dataclass, and no mapping (dict or DictConfig) carries
+    it below; the runner builds the policy from the spec without resolving the row again."""
+    from omegaconf import DictConfig
+
+    from ltrjax import runner, schema
+    from ltrjax.data.toy import toy_queryset
+    from ltrjax.models.train import FitConfig
+    from ltrjax.online.policies import ebrank as ebrank_module
+    from ltrjax.schema import AlgorithmSpec
+
+    assert OmegaConf.load(ROOT / "conf" / "algorithm" / "ebrank.yaml").min_impressions == 20  # the YAML's value
+    overrides = ["algorithms.ebrank.min_impressions=7", "+experiment.only=[ebrank]", "experiment.tune=false",
+                 "trials=1", "progress=false", "sim.sessions=300", "sim.warmup_sessions_per_query=2",
+                 "sim.n_updates=2", "sim.min_lanes=4", "algorithms.ebrank.fit.max_epochs=2"]
+    run = resolve(composed(*overrides), overrides)
+    spec = run.algorithms["ebrank"]
+    assert type(spec) is AlgorithmSpec and spec.cls is ebrank_module.EBRank
+    assert dataclasses.is_dataclass(spec.options) and not isinstance(spec.options, (dict, DictConfig))
+    assert spec.options.min_impressions == 7 and type(spec.options.min_impressions) is float  # its annotation
+    assert type(spec.options.fit) is FitConfig and spec.options.fit.max_epochs == 2
+    assert spec.options.epsilon == 20.0 and spec.tune == {"epsilon": [0, 0.1, 1, 10, 20, 100, 1000]}  # the YAML's
+
+    def no_resolving(*args, **kwargs):
+        raise AssertionError("an algorithm row resolved again below the door")
+
+    monkeypatch.setattr(schema, "algorithm_spec", no_resolving)
+    monkeypatch.setattr(runner, "algorithm_spec", no_resolving)
+    built, seen = [], []
+    original_init, original_splits = ebrank_module.EBRank.__init__, ebrank_module.member_splits
+
+    def init(self, data, **kwargs):
+        built.append(kwargs)
+        original_init(self, data, **kwargs)
+
+    def splits(data, counters, entered, n_logs, min_impressions, *args):
+        seen.append(min_impressions)
+        return original_splits(data, counters, entered, n_logs, min_impressions, *args)
+
+    monkeypatch.setattr(ebrank_module.EBRank, "__init__", init)
+    monkeypatch.setattr(ebrank_module, "member_splits", splits)
+    queryset = toy_queryset(n_queries=30, n_features=5, docs=(6, 14), y_max=2, seed=2, recipe="latent")
+    runner.run_online(run, tmp_path, queryset)
+    assert built and all(k["min_impressions"] == 7 and not isinstance(k["min_impressions"], (dict, DictConfig))
+                         for k in built)
+    assert seen and set(seen) == {7.0} and all(type(v) is float for v in seen)  # EBRank.min_impressions, Eq. 14
