@@ -357,6 +357,7 @@ class AlgorithmSpec:
     cls: type
     options: Any  # an instance of options_class(cls)
     tune: Optional[Dict[str, List[Any]]] = None
+    order: tuple = ()  # the written options in the config's order (what the records list them in)
 
     @property
     def target(self) -> str:
@@ -378,10 +379,9 @@ class AlgorithmSpec:
     def kwargs(self) -> dict:
         """The constructor keyword arguments: the written options (``fit`` as the mapping the constructors take)."""
         out = {}
-        for field in dataclasses.fields(self.options):
-            value = getattr(self.options, field.name)
-            if value is not UNSET:
-                out[field.name] = dataclasses.asdict(value) if isinstance(value, FitConfig) else value
+        for name in self.order:
+            value = getattr(self.options, name)
+            out[name] = dataclasses.asdict(value) if isinstance(value, FitConfig) else value
         return out
 
     def settings(self) -> dict:
@@ -405,7 +405,8 @@ class AlgorithmSpec:
     def with_options(self, key: str | None = None, **changes) -> AlgorithmSpec:
         """This row with some options replaced (and another key)."""
         return dataclasses.replace(self, key=self.key if key is None else key,
-                                   options=dataclasses.replace(self.options, **changes))
+                                   options=dataclasses.replace(self.options, **changes),
+                                   order=self.order + tuple(n for n in changes if n not in self.order))
 
 
 def algorithm_spec(key: str, acfg, fit_overrides=None) -> AlgorithmSpec:
@@ -460,7 +461,7 @@ def algorithm_spec(key: str, acfg, fit_overrides=None) -> AlgorithmSpec:
                     check_hyper(cls.Hyper, {name: value}, cls.__name__)
                 except ConfigError as err:
                     raise ConfigError(f"{where}.tune.{name}", values, err.allowed) from None
-    return AlgorithmSpec(key=key, cls=cls, options=options_class(cls)(**kwargs), tune=tune)
+    return AlgorithmSpec(key=key, cls=cls, options=options_class(cls)(**kwargs), tune=tune, order=tuple(kwargs))
 
 
 def algorithm_options(key: str, acfg, fit_overrides=None) -> tuple[type, dict, dict | None]:
