@@ -138,6 +138,7 @@ def test_trial_setup_is_validated_and_resolved():
     gpu = SimConfig().resolved("gpu")
     assert (gpu.trial_setup, gpu.click_rng) == ("device", "device")
     assert SimConfig(segment_widths="ladder").resolved("gpu").trial_setup == "host"
+    assert SimConfig().resolved("tpu").trial_setup == "device"  # click_rng device there too
     assert SimConfig(trial_setup="device").resolved("cpu").click_rng == "device"
 
 

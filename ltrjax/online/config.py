@@ -53,7 +53,8 @@ class SimConfig:
     min_lanes: PositiveInt = 32
     max_lanes: PositiveInt = 1024
     # click uniforms: "host" = NumPy PCG64 per segment (reference-exact), "device" = jax.random inside the compiled
-    # step (no host work or transfer per segment; for GPUs), "auto" = "device" on a GPU, else "host" (``resolved``)
+    # step (no host work or transfer per segment; for accelerators), "auto" = "device" on a GPU or TPU (or with
+    # trial_setup=device), else "host" (``resolved``)
     click_rng: Annotated[str, OneOf(CLICK_RNGS)] = "auto"
     # queries evaluated (Warm/Cold NDCG) at the intermediate evaluation points: "test" (what the reports show
     # over time; ~1/5 of the evaluation work) or "all" splits; the final point always evaluates every query
@@ -108,20 +109,21 @@ class SimConfig:
 
     def resolved(self, backend: str | None = None) -> "SimConfig":
         """This config with ``click_rng``, ``retrain_examples`` and ``trial_setup`` "auto" made concrete for
-        ``backend`` (default JAX's): ``"device"`` on a GPU (``trial_setup`` also on a TPU, and only with
-        ``segment_widths=phase``), ``"host"`` elsewhere; ``trial_setup=device`` makes ``click_rng`` "auto" device.
-        The runner resolves before it records the settings, so a results folder names the draws it used, and a rerun
-        on another backend is refused rather than mixing them (``retrain_examples`` and ``trial_setup`` change no
-        result: resume ignores them)."""
+        ``backend`` (default JAX's): ``"device"`` on an accelerator (``retrain_examples`` on a GPU only; ``trial_setup``
+        only with ``segment_widths=phase``), ``"host"`` on a CPU; ``trial_setup=device`` makes ``click_rng`` "auto"
+        device. The runner resolves before it records the settings, so a results folder names the draws it used,
+        and a rerun on another backend is refused rather than mixing them (``retrain_examples`` and ``trial_setup``
+        change no result: resume ignores them)."""
         backend = backend or jax.default_backend()
-        gpu = backend == "gpu"
-        auto = {k: "device" if gpu else "host" for k in ("click_rng", "retrain_examples") if getattr(self, k) == "auto"}
+        accelerator = backend in ("gpu", "tpu")
+        auto = {}
+        if self.click_rng == "auto":
+            auto["click_rng"] = "device" if accelerator or self.trial_setup == "device" else "host"
+        if self.retrain_examples == "auto":
+            auto["retrain_examples"] = "device" if backend == "gpu" else "host"
         if self.trial_setup == "auto":
-            accelerator = backend in ("gpu", "tpu") and self.segment_widths == "phase"
-            auto["trial_setup"] = "device" if accelerator and auto.get("click_rng", self.click_rng) == "device" \
-                else "host"
-        if self.trial_setup == "device" and self.click_rng == "auto":
-            auto["click_rng"] = "device"
+            device = accelerator and self.segment_widths == "phase" and auto.get("click_rng", self.click_rng) == "device"
+            auto["trial_setup"] = "device" if device else "host"
         return dataclasses.replace(self, **auto) if auto else self
 
     @property
