@@ -107,18 +107,18 @@ def wall_breakdown(sim, policy, key) -> dict:
             jax.block_until_ready(result.final_params)
             wall = time.perf_counter() - tic
         return {"wall": wall, "program": sum(watch.wall[k] or 0.0 for k in programs), "watch": watch,
-                "train": float(result.timings.get("train", 0.0)), "moved": moved.bytes,
+                "train": float(result.timings["train"]), "moved": moved,
                 "parts": {k: watch.wall[k] for k in programs}}
 
     plain, blocking = run(False), run(True)
     segments = sim.config.n_segments + (1 if sim.warmup_policy is not None else 0)
     return {"wall_seconds": plain["wall"], "program_seconds": blocking["program"], "train_seconds": plain["train"],
             "host_seconds": plain["wall"] - blocking["program"] - plain["train"],
-            "setup_seconds": sum(plain["watch"].wall.get(k) or 0.0 for k in SETUP_PARTS),
-            "planning_seconds": sum(plain["watch"].wall.get(k) or 0.0 for k in PLAN_PARTS),
-            "program_parts": blocking["parts"], "h2d_setup_bytes": plain["moved"].get("setup", 0),
-            "h2d_bytes_per_segment": plain["moved"].get("segment", 0) / segments,
-            "h2d_retrain_bytes": plain["moved"].get("retrain", 0)}
+            "setup_seconds": plain["watch"].seconds(SETUP_PARTS),
+            "planning_seconds": plain["watch"].seconds(PLAN_PARTS),
+            "program_parts": blocking["parts"], "h2d_setup_bytes": plain["moved"].count("setup"),
+            "h2d_bytes_per_segment": plain["moved"].count("segment") / segments,
+            "h2d_retrain_bytes": plain["moved"].count("retrain")}
 
 
 def occupancy_only(sim, policy, key, preset: str, n_queries: int) -> dict:

@@ -105,7 +105,7 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
             (_, per_member), wall, cpu = timed(sim.simulate_frozen, policy, keys, None, n_sessions)
         program = sum(watch.wall[k] or 0.0 for k in program_names)
         return {"per_member": per_member, "wall": wall, "cpu": cpu, "watch": watch, "program": program,
-                "moved": moved.bytes}
+                "moved": moved}
 
     with CompileMeter() as meter:
         first_wall = run()["wall"]
@@ -116,13 +116,12 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
     runs = [run() for _ in range(max(1, repeats))]
     for r in runs:
         excluded = [k for k in SETUP_PARTS + PLAN_PARTS if k in r["watch"].wall]
-        r["simulation"] = r["wall"] - sum(r["watch"].wall[k] or 0.0 for k in excluded)
+        r["simulation"] = r["wall"] - r["watch"].seconds(excluded)
         r["simulation_cpu"] = r["cpu"] - sum(r["watch"].cpu[k] or 0.0 for k in excluded)
     best = min(runs, key=lambda r: r["simulation"])
     total = population * best["per_member"]
     watch = best["watch"]
-    setup = sum(watch.wall.get(k) or 0.0 for k in SETUP_PARTS)
-    planning = sum(watch.wall.get(k) or 0.0 for k in PLAN_PARTS)
+    setup, planning = watch.seconds(SETUP_PARTS), watch.seconds(PLAN_PARTS)
     steps, lanes, occupancy = scan_shape(sim, best["per_member"], segments)
     return {
         "trial_setup": sim.config.trial_setup,
@@ -142,15 +141,14 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
         "host_seconds": best["wall"] - program,
         "program_run_seconds": blocking["wall"],
         # that run's simulation time (set-up and planning excluded): the programs' own time is part of it
-        "program_run_simulation_seconds": blocking["wall"] - sum(blocking["watch"].wall.get(k) or 0.0
-                                                                 for k in SETUP_PARTS + PLAN_PARTS),
+        "program_run_simulation_seconds": blocking["wall"] - blocking["watch"].seconds(SETUP_PARTS + PLAN_PARTS),
         "segment_host_seconds": best["simulation"] - program,
         "host_fraction_of_wall": (best["wall"] - program) / best["wall"],
         "setup_and_planning_fraction_of_wall": (setup + planning) / best["wall"],
         # bytes put on the device: by the set-up (keys; a host set-up's states and parameters move at the first call)
         # and per segment (what the segment program is called with from the host)
-        "h2d_setup_bytes": best["moved"].get("setup", 0),
-        "h2d_bytes_per_segment": best["moved"].get("segment", 0) / segments,
+        "h2d_setup_bytes": best["moved"].count("setup"),
+        "h2d_bytes_per_segment": best["moved"].count("segment") / segments,
         "program_calls": watch.calls["segment"],
         "first_run_seconds": first_wall, "compile_seconds": meter.seconds, "compiles": meter.compiles,
         "lanes": list(lanes), "steps_per_segment": steps,

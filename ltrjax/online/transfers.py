@@ -27,6 +27,10 @@ class TransferMeter:
     def __exit__(self, *exc):
         TransferMeter.active.remove(self)
 
+    def count(self, part: str) -> int:
+        """The bytes counted under ``part`` (0: none)."""
+        return int(self.bytes[part]) if part in self.bytes else 0
+
 
 def put(tree, part: str):
     """``jax.device_put(tree)`` of host values, their bytes counted under ``part`` by every active
