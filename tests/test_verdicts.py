@@ -169,3 +169,21 @@ def test_results_md_states_each_tables_headroom():
                      {"labeled": 0.758, "naive": 0.718})
     assert line == ("Labelled skyline minus production 0.1000, minus naive 0.0600 NDCG@10 (paper, labelled minus "
                     "naive: 0.040).")
+
+
+def test_the_committed_no_headroom_regime_is_uninformative_or_refused():
+    """The committed synthetic_vec_regime run (headroom .0068, per-trial values in its results.json): with the floor
+    off and the margin the whole headroom, the production ranker passes both margin claims' tests, so both are
+    uninformative (they were "holds" under the former absolute margin); with the default floor both are refused."""
+    import json
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[1] / "docs" / "results" / "fidelity_protocol_vec_regime" / "results.json"
+    part = json.loads(run.read_text())["vectorization"]
+    loose = _by_id(FE.vectorization_claims(part, FidelityConfig(headroom_floor=0.0, margin_fraction=1.0), QS, None))
+    for cid in ("vec_ge_affine_trust_bias", "vec_d1_eq_dla_pbm"):
+        c = loose[cid]
+        assert c["headroom"] == pytest.approx(0.0068, abs=1e-4) and c["p_value"] < 0.05
+        assert c["controls"]["production"]["passes"] and c["verdict"] == "uninformative in this regime"
+    strict = _by_id(FE.vectorization_claims(part, FidelityConfig(), QS, None))
+    assert strict["vec_ge_affine_trust_bias"]["verdict"] == strict["vec_d1_eq_dla_pbm"]["verdict"] == "refused"
