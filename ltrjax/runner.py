@@ -35,6 +35,7 @@ from ltrjax.record import git_commit, protocol_of, run_record
 from ltrjax.report.results import ResultsWriter
 from ltrjax.report.tables import trials_phrase
 from ltrjax.constraints import ConfigError
+from ltrjax.schema import SETTING_SUFFIXES, row_name  # noqa: F401  (re-exported: the runner's row names)
 from ltrjax.schema import (RESOLVED_CONFIG, UNSET, AlgorithmSpec, ResolvedRun, algorithm_spec,  # noqa: F401
                            check_segments, fit_override, write_resolved_config)
 from ltrjax.saved import feature_spec, model_path, save_model
@@ -58,28 +59,12 @@ def binned_curve(values: np.ndarray, n_points: int) -> list[float]:
     return [float(b.mean()) for b in bins]
 
 
-SETTING_SUFFIXES = ("_wo_behav", "_concat", "_ie")
-
-
 def result_name(key: str, acfg) -> str:
     """``row_name`` of algorithm ``key``: ``acfg`` is its ``AlgorithmSpec`` or an algorithm mapping (``setting``
     read when written)."""
     if isinstance(acfg, AlgorithmSpec):
         return acfg.name
     return row_name(key, acfg["setting"] if "setting" in acfg else None)
-
-
-def row_name(key: str, setting: str | None) -> str:
-    """``ALGORITHM@SETTING`` for algorithms with a feature setting (``cftopk_concat`` -> ``cftopk@concat``,
-    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key."""
-    if not setting:
-        return key
-    base = key
-    for suffix in SETTING_SUFFIXES:
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return f"{base}@{setting}"
 
 
 def trial_record(result: TrialResult, seed: int, chosen: dict, n_points: int, grid_scores: dict) -> dict:

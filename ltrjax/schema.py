@@ -345,6 +345,22 @@ def options_class(cls) -> type:
     fields = [(name, Any, dataclasses.field(default=UNSET)) for name in constructor_options(cls)]
     return dataclasses.make_dataclass(f"{cls.__name__}Settings", fields, frozen=True)
 
+SETTING_SUFFIXES = ("_wo_behav", "_concat", "_ie")
+
+
+def row_name(key: str, setting: str | None) -> str:
+    """``ALGORITHM@SETTING`` for algorithms with a feature setting (``cftopk_concat`` -> ``cftopk@concat``,
+    ``ucbrank_ctr`` with setting concat -> ``ucbrank_ctr@concat``); others (ebrank, bm25) keep their key."""
+    if not setting:
+        return key
+    base = key
+    for suffix in SETTING_SUFFIXES:
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return f"{base}@{setting}"
+
+
 
 @dataclasses.dataclass(frozen=True)
 class AlgorithmSpec:
@@ -371,8 +387,7 @@ class AlgorithmSpec:
 
     @property
     def name(self) -> str:
-        """The row's result name (``ltrjax.runner.row_name``: ``cftopk_concat`` -> ``cftopk@concat``)."""
-        from ltrjax.runner import row_name
+        """The row's result name (``row_name``: ``cftopk_concat`` -> ``cftopk@concat``)."""
 
         return row_name(self.key, self.setting)
 

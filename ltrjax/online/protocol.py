@@ -34,15 +34,17 @@ def trial_keys(key) -> TrialKeys:
     return TrialKeys(*host_random.split(key, 5))
 
 
-def _key_id(key: jax.Array) -> tuple[int, ...]:
-    return tuple(host_random.key_words(key).ravel().tolist())
-
-
 def group_trials(keys: Sequence[jax.Array]) -> tuple[np.ndarray, list[TrialKeys]]:
-    """(trial index of every member, the keys of every distinct trial): members with equal keys share a trial."""
-    trial_index: dict[tuple, int] = {}
-    trial_of = np.asarray([trial_index.setdefault(_key_id(k), len(trial_index)) for k in keys])
-    return trial_of, [trial_keys(keys[int(np.flatnonzero(trial_of == t)[0])]) for t in range(len(trial_index))]
+    """(trial index of every member, the keys of every distinct trial): members with equal keys share a trial,
+    numbered in order of first appearance. The trials' keys are split in one batched call (``host_random``)."""
+    words = np.stack([host_random.key_words(k).ravel() for k in keys]) if keys else np.zeros((0, 2), np.uint32)
+    _, first, inverse = np.unique(words, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # unique's sorted rows -> order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    trial_of = rank[np.asarray(inverse).ravel()]
+    split = host_random.split(words[np.sort(first)], 5)  # [T, 5, 2]
+    return trial_of, [TrialKeys(*keys_of) for keys_of in split]
 
 
 # the retrain after the warm-up (sim.train_after_warmup) folds this into the train key: -1 as a uint32, the value
@@ -115,8 +117,10 @@ def resolve_hyper(policy: Policy, hyper) -> Any:
 
 
 def resolve_hypers(policy: Policy, hypers: Sequence | None, n_members: int) -> list:
-    """``resolve_hyper`` of every member (None: the configured values for all ``n_members``)."""
-    hypers = [resolve_hyper(policy, h) for h in (list(hypers) if hypers is not None else [None] * n_members)]
+    """``resolve_hyper`` of every member (None: the configured values for all ``n_members``, made once)."""
+    if hypers is None:
+        return [resolve_hyper(policy, None)] * n_members
+    hypers = [resolve_hyper(policy, h) for h in hypers]
     if len(hypers) != n_members:
         raise ValueError(f"{n_members} keys but {len(hypers)} hyper-parameter sets")
     return hypers
