@@ -140,6 +140,9 @@ def measure(cfg, data, policy, population: int, segments: int, repeats: int, see
         # come out negative)
         "host_seconds": best["wall"] - program,
         "program_run_seconds": blocking["wall"],
+        # the same split within the blocking run, where no program overlaps the host's work: its wall minus its
+        # programs' seconds (the Python and NumPy work, measured in one run)
+        "serialized_host_seconds": blocking["wall"] - program,
         # that run's simulation time (set-up and planning excluded): the programs' own time is part of it
         "program_run_simulation_seconds": blocking["wall"] - blocking["watch"].seconds(SETUP_PARTS + PLAN_PARTS),
         "segment_host_seconds": best["simulation"] - program,

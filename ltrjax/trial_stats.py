@@ -20,8 +20,15 @@ None when the observed effect is not on the claim's side). Imports no other modu
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
-from scipy import stats
+
+
+def _stats():
+    """``scipy.stats``, imported when first used: it takes about 0.5 s, and every run imports this module through
+    the report code, most never testing anything."""
+    return importlib.import_module("scipy.stats")
 
 ALPHA = 0.05
 POWER = 0.8
@@ -50,8 +57,8 @@ def trials_needed(effect: float, sd: float, *, two_sided: bool = False, alpha: f
     if sd <= 0:
         return 2
     n = np.arange(2, MAX_TRIALS + 1, dtype=np.float64)
-    crit = stats.t.ppf(1 - (alpha / 2 if two_sided else alpha), n - 1)
-    reach = stats.nct.sf(crit, n - 1, effect / sd * np.sqrt(n))
+    crit = _stats().t.ppf(1 - (alpha / 2 if two_sided else alpha), n - 1)
+    reach = _stats().nct.sf(crit, n - 1, effect / sd * np.sqrt(n))
     hit = np.flatnonzero(reach >= power)
     return int(n[hit[0]]) if hit.size else None
 
@@ -66,11 +73,11 @@ def paired_t(a, b, kind: str = "superiority", margin: float = 0.0, alpha: float 
     sd = float(d.std(ddof=1)) if n > 1 else float("nan")
     se = max(sd / np.sqrt(n), 1e-12)
     if kind == "superiority":
-        p, effect = stats.t.sf(mean / se, n - 1), mean
+        p, effect = _stats().t.sf(mean / se, n - 1), mean
     elif kind == "noninferiority":
-        p, effect = stats.t.sf((mean + margin) / se, n - 1), mean + margin
+        p, effect = _stats().t.sf((mean + margin) / se, n - 1), mean + margin
     else:
-        p = max(stats.t.sf((mean + margin) / se, n - 1), stats.t.cdf((mean - margin) / se, n - 1))
+        p = max(_stats().t.sf((mean + margin) / se, n - 1), _stats().t.cdf((mean - margin) / se, n - 1))
         effect = margin - abs(mean)
     if n < 2:
         p = None
@@ -87,7 +94,7 @@ def two_sided_p(a, b) -> float | None:
         return None
     if np.allclose(d, d[0]):
         return 1.0 if d[0] == 0 else 0.0
-    return float(stats.ttest_rel(np.asarray(a, np.float64), np.asarray(b, np.float64)).pvalue)
+    return float(_stats().ttest_rel(np.asarray(a, np.float64), np.asarray(b, np.float64)).pvalue)
 
 
 def passes(test: dict, alpha: float = ALPHA) -> bool:
