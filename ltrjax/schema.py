@@ -619,6 +619,13 @@ def resolve(cfg, overrides=(), cwd: pathlib.Path | None = None) -> ResolvedRun:
         if top.click_log is not None:
             raise ConfigError("click_log", top.click_log, "only experiment=offline trains from a click log; "
                               "the online experiments simulate their own clicks")
+        dataset = plain.get("dataset")
+        dataset_kind = dataset.get("kind") if isinstance(dataset, dict) else None
+        if dataset_kind == "baidu_ultr":
+            raise ConfigError("dataset", "baidu_ultr", f"expected a labelled dataset for experiment={kind}: an online "
+                              "simulation draws its clicks from every query's labels, and Baidu-ULTR's training "
+                              "queries have none (only its annotated vali/test queries do); run experiment=offline, "
+                              "which trains from its real clicks")
         run["sim"] = top.sim.resolved()  # click_rng "auto" made concrete for this backend: what the run records
         if top.sim.sessions is not None:
             check_segments(top.sim, top.sim.sessions)

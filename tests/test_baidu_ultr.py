@@ -147,3 +147,12 @@ def test_reading_memory_benchmark_smoke(capsys):
     assert out["files_bytes"] >= 20e6 and out["click_rows"] == 10 * out["sessions"] > 0
     assert out["budget"] == 256 * 2**20 + 400 * out["documents"]
     assert 0 < out["peak_rss_above_imports"] <= out["budget"] and out["under_budget"]
+
+
+def test_an_online_experiment_on_baidu_ultr_is_refused(generated, tmp_path):
+    """Online runs simulate clicks from every query's labels; Baidu-ULTR's training queries have none: exit 2, one
+    paragraph naming the dataset, before any data is read."""
+    root, _, _ = generated
+    proc = run_cli(tmp_path, "+dataset=baidu_ultr", f"dataset.path={root}", "trials=1")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "baidu_ultr" in proc.stderr and "experiment=offline" in proc.stderr and "Traceback" not in proc.stderr
