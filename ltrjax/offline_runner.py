@@ -27,7 +27,8 @@ from ltrjax.offline import click_likelihood, per_query
 from ltrjax.offline.logging import chunk_size
 from ltrjax.record import check_experiment, experiment_record, git_commit, jsonable, read_results, write_results
 from ltrjax.report import fidelity_report
-from ltrjax.report.offline_tables import markdown_header, markdown_table, protocol_line, significance, summarize
+from ltrjax.report.offline_tables import (markdown_header, markdown_table, markdown_vs_baseline, protocol_line,
+                                          significance, summarize, vs_baseline)
 from ltrjax.saved import feature_spec, model_path, save_model
 from ltrjax.schema import ResolvedRun
 # the door's conversions (ltrjax.schema.offline_run) under the names scripts and tests import them by
@@ -108,7 +109,9 @@ def _run_trial(trial: TrialData, exp: OfflineConfig, qs, out_dir: pathlib.Path, 
 
 def _results(trials, infos, exp: OfflineConfig, qs, dataset=None) -> dict:
     return {"algorithms": summarize(trials, exp.estimators, METRICS), "significance": significance(
-                trials, exp.estimators, METRICS), "dataset": getattr(qs, "name", "?"),
+                trials, exp.estimators, METRICS), "baseline": exp.baseline,
+            "vs_baseline": vs_baseline(trials, exp.estimators, METRICS, exp.baseline),
+            "dataset": getattr(qs, "name", "?"),
             "n_queries": int(qs.n_queries), "config": as_mapping(exp), "trials_info": infos,
             "data": qs.preprocess_report.as_dict() if getattr(qs, "preprocess_report", None) else None,
             "measures": per_query.measures(METRICS, exp.eval.map_threshold), "per_query": per_query.FILE,
@@ -127,6 +130,7 @@ def offline_markdown(results: dict, exp: OfflineConfig) -> str:
     header = markdown_header(results["dataset"], exp.click_model.mapping(), exp.ranker, exp.seed, source, len(infos),
                              results["record"]["commit"])
     return (header + markdown_table(results["algorithms"], METRICS, sig=results.get("significance"))
+            + markdown_vs_baseline(results.get("vs_baseline"), results.get("baseline"))
             + per_query.markdown_measures(results["measures"])
             + per_query.markdown_groups(results.get("by_frequency_bucket"), GROUP_METRICS)
             + click_likelihood.markdown(click_likelihood.rows_of(results)))

@@ -118,6 +118,9 @@ class OfflineConfig:
     progress: Optional[bool] = None  # null: the top-level `progress`
     estimators: Annotated[List[str], Each(OneOf(estimator_names))] = dataclasses.field(
         default_factory=lambda: list(DEFAULT_ESTIMATORS))
+    # the table's named baseline: every other estimator against it, paired over trials, Holm-corrected over the rows
+    # (results.md "Against ..."; null: none; an estimator the run does not train: none)
+    baseline: Annotated[Optional[str], OneOf(estimator_names, optional=True)] = "naive"
     n_clicks: Optional[PositiveInt] = 128_000  # click budget (PRS §5.2: 128K clicks)
     clicks_per_query: Optional[Positive] = None  # set: the budget is this many clicks per logged query
     n_sessions: Optional[PositiveInt] = None  # set: the budget is this many sessions (replaces the click budget)

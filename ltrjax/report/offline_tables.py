@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ltrjax.report.stats import TRIAL_UNIT, trial_level_vs_best
+from ltrjax.report.stats import TRIAL_UNIT, trial_level_vs_baseline, trial_level_vs_best
 from ltrjax.report.tables import WORSE_MARK, trials_phrase
 
 
@@ -32,6 +32,36 @@ def significance(trials: list[dict], names, metrics: Sequence[str], alpha: float
     (trial t of ``trials``) both ran."""
     return {m: trial_level_vs_best({n: {t: row[n][m] for t, row in enumerate(trials) if n in row} for n in names
                                     if any(n in row for row in trials)}, alpha=alpha) for m in metrics}
+
+
+def vs_baseline(trials: list[dict], names, metrics: Sequence[str], baseline: str | None, alpha: float = 0.05) -> dict:
+    """{metric: ``stats.trial_level_vs_baseline``}: every estimator against the named ``baseline``, paired over the
+    trials both ran, Holm-corrected over the table's rows; {} without a baseline among ``names``."""
+    if baseline is None or baseline not in names:
+        return {}
+    return {m: trial_level_vs_baseline({n: {t: row[n][m] for t, row in enumerate(trials) if n in row} for n in names
+                                        if any(n in row for row in trials)}, baseline, alpha=alpha) for m in metrics}
+
+
+def markdown_vs_baseline(comparison: dict, baseline: str | None, alpha: float = 0.05) -> str:
+    """A table of every estimator's difference from ``baseline`` per metric with its Holm-adjusted p (``vs_baseline``);
+    "" without one."""
+    if not comparison:
+        return ""
+    metrics = list(comparison)
+    rows = list(next(iter(comparison.values())))
+    lines = ["", f"### Against {baseline} (paired over trials, Holm-corrected over the {len(rows)} rows)", "",
+             "| estimator | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+    for name in rows:
+        cells = []
+        for m in metrics:
+            r = comparison[m][name]
+            mark = " ▲" if r["better"] else (" ▼" if r["worse"] else "")
+            p = "n/a" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
+            cells.append(f"{r['difference']:+.4f} (p {p}){mark}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"▲/▼: better/worse than {baseline} at Holm-adjusted p < {alpha} (unit: {TRIAL_UNIT})."]
+    return "\n".join(lines) + "\n"
 
 
 def markdown_table(algos: dict, metrics: Sequence[str], title: str = "", sig: dict | None = None,

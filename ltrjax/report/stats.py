@@ -192,3 +192,44 @@ def trial_level_vs_best(per_trial: dict[str, dict], alpha: float = 0.05, higher_
     others = [out[k] for k in names if k != best]
     out[best]["best_significant"] = bool(others) and all(o["significantly_worse"] for o in others)
     return out
+
+
+def holm(p_values: dict) -> dict:
+    """Holm's step-down adjustment of a family of p-values ({name: p}; None stays None): the k-th smallest of m is
+    multiplied by m - k + 1, then made non-decreasing and capped at 1 (Holm 1979). The family-wise error of
+    rejecting every adjusted p < alpha is at most alpha."""
+    tested = sorted((p, name) for name, p in p_values.items() if p is not None)
+    m, running, out = len(tested), 0.0, {name: None for name in p_values}
+    for k, (p, name) in enumerate(tested):
+        running = max(running, min(1.0, (m - k) * p))
+        out[name] = running
+    return out
+
+
+def trial_level_vs_baseline(per_trial: dict[str, dict], baseline: str, alpha: float = 0.05,
+                            higher_is_better: bool = True) -> dict:
+    """Every other row against the named ``baseline`` row at the unit of replication: a two-sided paired t-test
+    over the trials both ran (``per_trial[row]`` = {trial id: value}), the rows' p-values Holm-adjusted as one
+    family (``holm``). Returns ``{row: {"difference", "p_value", "p_holm", "better", "worse", "n_trials",
+    "unit"}}`` for the rows other than the baseline (``difference``: the row's mean over the shared trials minus
+    the baseline's; ``better``/``worse``: ``p_holm < alpha`` in that direction); {} without the baseline."""
+    if baseline not in per_trial:
+        return {}
+    sign = 1.0 if higher_is_better else -1.0
+    out: dict[str, dict] = {}
+    for k, values in per_trial.items():
+        if k == baseline:
+            continue
+        shared = sorted(t for t in set(values) & set(per_trial[baseline])
+                        if np.isfinite(values[t]) and np.isfinite(per_trial[baseline][t]))
+        a = np.array([values[t] for t in shared], np.float64)
+        b = np.array([per_trial[baseline][t] for t in shared], np.float64)
+        out[k] = {"difference": float((a - b).mean()) if shared else float("nan"),
+                  "p_value": trial_stats.two_sided_p(a, b) if len(shared) >= 2 else None,
+                  "n_trials": len(shared), "unit": TRIAL_UNIT}
+    adjusted = holm({k: row["p_value"] for k, row in out.items()})
+    for k, row in out.items():
+        p = adjusted[k]
+        row.update(p_holm=p, better=bool(p is not None and p < alpha and sign * row["difference"] > 0),
+                   worse=bool(p is not None and p < alpha and sign * row["difference"] < 0))
+    return out
