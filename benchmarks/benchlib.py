@@ -437,7 +437,7 @@ def trial_targets(sim, policy, trial_setup: str) -> tuple[dict, tuple[str, ...]]
     setup = device_trial.DeviceSetup
     names = {"draw": (device_setup, "_draw"), "phase_loads": (device_setup, "phase_loads"),
              "split_plan_keys": (device_setup, "split_plan_keys"), "device_init_states": (device_setup, "init_states"),
-             "segment_plan": (device_setup, "segment_plan"), "take_members": (device_trial, "_take_members"),
+             "segment_plan": (device_setup, "segment_plan"), "take_members": (device_setup, "take_members"),
              "init_program": (sim.context.caches.init_programs, policy),
              "session_outputs": (device_phase, "session_outputs"), "refresh_keys": (device_phase, "refresh_keys"),
              **runs}

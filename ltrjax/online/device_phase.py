@@ -55,10 +55,11 @@ class DevicePhase:
 
 
 def setup_phase(ctx: SimContext, layout: ds.Layout, draw_keys: jax.Array, n_sessions: int, entry_prob: float,
-                first_session: int, points: np.ndarray, trial_of: np.ndarray, run_keys: np.ndarray,
-                widths_of, known: ds.PhaseShape | None = None) -> DevicePhase:
+                first_session: int, points: np.ndarray, trial_of: np.ndarray, trial_of_device: jax.Array,
+                run_keys: jax.Array, widths_of, known: ds.PhaseShape | None = None) -> DevicePhase:
     """A phase of ``n_sessions`` sessions per trial (keys ``draw_keys`` [T, 2], device) cut at ``points`` (each
-    segment's last session): draws and summaries on the device, the static shape fixed from the summaries
+    segment's last session) for the members ``trial_of`` (host and device copies; ``run_keys`` [T, 2] the trials'
+    run keys, device): draws and summaries on the device, the static shape fixed from the summaries
     (``device_setup.fit_shape``, keeping ``known`` when it fits). ``widths_of(entering)`` maps the most entering
     sessions of every query (i64 [Q]) to the scanned widths per bucket (``plan.widths_from_entering``)."""
     seg = ds.Segmentation.of(points)
@@ -67,9 +68,8 @@ def setup_phase(ctx: SimContext, layout: ds.Layout, draw_keys: jax.Array, n_sess
     shape = ds.fit_shape(loads, ctx.n_lanes, known)
     segment_ids = tuple(put(np.int32(i), "setup") for i in range(len(seg.starts)))
     return DevicePhase(draws=draws, layout=layout, seg=seg, shape=shape, widths=widths_of(entering.max(axis=0)),
-                       segment_ids=segment_ids, trial_of=np.asarray(trial_of),
-                       trial_of_device=put(np.asarray(trial_of, np.int32), "setup"),
-                       run_keys=put(np.asarray(run_keys, np.uint32)[np.asarray(trial_of)], "setup"))
+                       segment_ids=segment_ids, trial_of=np.asarray(trial_of), trial_of_device=trial_of_device,
+                       run_keys=ds.take_members(run_keys, trial_of_device))
 
 
 def device_producer(phase: DevicePhase):

@@ -103,6 +103,17 @@ def lpt_lanes(counts: jax.Array, n_lanes: int) -> tuple[jax.Array, jax.Array]:
     return lane_of[:n_queries], loads
 
 
+def row_counts(rows: jax.Array, n_rows: int) -> jax.Array:
+    """Sessions per bucket row (i32 [n_rows]) of ``rows`` (i32 [S]; ``n_rows`` for a session of another bucket)."""
+    return jnp.zeros((n_rows + 1,), jnp.int32).at[rows].add(1)[:n_rows]
+
+
+@jax.jit
+def take_members(tree, trial_of: jax.Array):
+    """Every member's copy (``leaf[trial_of]``) of per-trial leaves, in one program."""
+    return jax.tree_util.tree_map(lambda a: a[trial_of], tree)
+
+
 def lane_plan(rows: jax.Array, n_rows: int, n_lanes: int, n_steps: int) -> tuple[jax.Array, jax.Array]:
     """(schedule i32 [n_steps, n_lanes], busiest lane's load) of one bucket's sessions in a segment.
 
@@ -110,7 +121,7 @@ def lane_plan(rows: jax.Array, n_rows: int, n_lanes: int, n_steps: int) -> tuple
     none. Every query goes to one lane (``lpt_lanes``); a lane runs its sessions in time order, one per step, so
     entry ``[step, lane]`` is the index into ``rows`` of the session it runs, or -1 when idle. Sessions beyond
     ``n_steps`` are dropped: the caller checks the load against ``n_steps`` first (``PhaseShape``)."""
-    counts = jnp.zeros((n_rows + 1,), jnp.int32).at[rows].add(1)[:n_rows]
+    counts = row_counts(rows, n_rows)
     lane_of, loads = lpt_lanes(counts, n_lanes)
     lane = jnp.where(rows < n_rows, lane_of[jnp.minimum(rows, n_rows - 1)], n_lanes)  # n_lanes: not this bucket's
     by_lane = jnp.argsort(lane, stable=True).astype(jnp.int32)  # stable: time order within a lane
@@ -185,7 +196,7 @@ def phase_loads(draws: PhaseDraws, layout: Layout, seg: Segmentation, lanes: tup
             out = []
             for b, n_rows in enumerate(layout.rows_per_bucket):
                 rows = _bucket_rows(layout, q, v, b)
-                counts = jnp.zeros((n_rows + 1,), jnp.int32).at[rows].add(1)[:n_rows]
+                counts = row_counts(rows, n_rows)
                 _, loads = lpt_lanes(counts, lanes[b])
                 out.append(jnp.stack([loads.max(), counts.sum(), counts.max()]))
             return jnp.stack(out)  # [B, 3]

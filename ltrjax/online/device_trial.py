@@ -1,5 +1,5 @@
 """A population's trial set up on the device (``sim.trial_setup=device``): ``DeviceSetup``, the second
-``TrialSetup`` beside the host's (``trial.HostSetup``), for the same phases (``trial.run_members``).
+``TrialSetup`` beside the host's (``host_trial.HostSetup``), for the same phases (``trial.run_members``).
 
 The host path makes each trial's draws, initial states, lane plans and segment inputs in NumPy, per trial and per
 member, before and between its programs; here every one is a jitted function of the trial keys for all trials at
@@ -39,12 +39,6 @@ def _init_params(ctx: SimContext, policy: Policy, keys: jax.Array):
     return program(keys)
 
 
-@jax.jit
-def _take_members(tree, trial_of: jax.Array):
-    """Every member's copy (``leaf[trial_of]``) of per-trial leaves, in one program."""
-    return jax.tree_util.tree_map(lambda a: a[trial_of], tree)
-
-
 def _host_draws(phase: DevicePhase) -> list[SessionDraws]:
     """Every trial's draws of a device phase, fetched once (what the host records per session)."""
     query, enter = jax.device_get((phase.draws.query, phase.draws.enter))
@@ -64,9 +58,8 @@ class DeviceSetup:
         self.ctx, self.memo, self.trials, self.trial_of = ctx, memo, trials, np.asarray(trial_of)
         self.keys = TrialKeys(*(put(np.stack([getattr(t, f) for t in trials]).astype(np.uint32), "setup")
                                 for f in TrialKeys._fields))
-        self.member_keys = TrialKeys(*(put(np.stack([getattr(trials[t], f) for t in self.trial_of])
-                                           .astype(np.uint32), "setup") for f in TrialKeys._fields))
         self.trial_of_device = put(self.trial_of.astype(np.int32), "setup")
+        self.member_policy_keys = ds.take_members(self.keys.policy, self.trial_of_device)
         if ctx.caches.device_layout is None:
             ctx.caches.device_layout = ds.device_layout(ctx.data)
         self.layout = ctx.caches.device_layout
@@ -82,9 +75,10 @@ class DeviceSetup:
             n = n_warm if warm else n_main
             points = np.asarray([n - 1]) if warm else protocol.segment_bounds(n_cut or n, ctx.config.n_segments)[0]
             trial_of = np.arange(len(self.trials)) if warm else self.trial_of
+            trial_of_device = put(trial_of.astype(np.int32), "setup") if warm else self.trial_of_device
             self.phases[name] = setup_phase(
                 ctx, self.layout, self.warm_keys if warm else self.main_keys, n, 0.0 if warm else ctx.config.entry_prob,
-                0 if warm else n_warm, points, trial_of, np.stack([t.run for t in self.trials]),
+                0 if warm else n_warm, points, trial_of, trial_of_device, self.keys.run,
                 functools.partial(plan.widths_from_entering, ctx), self.memo.device_shapes.get(name))
             self.memo.device_shapes[name] = self.phases[name].shape
             self.memo.width_shapes.add(self.phases[name].widths)
@@ -99,7 +93,7 @@ class DeviceSetup:
 
     def init_members(self, policy: Policy, hypers: list):
         """Every member's parameters (one vmapped ``init``) and stacked hyper-parameters, on the device."""
-        params = _init_params(self.ctx, policy, self.member_keys.policy)
+        params = _init_params(self.ctx, policy, self.member_policy_keys)
         return memory.shard(params), memory.shard(put(stack_members(hypers), "setup"))
 
     def initial_states(self, names: tuple[str, ...]) -> list:
@@ -120,15 +114,16 @@ class DeviceSetup:
         """Every member's copy of its trial's states (nothing copied when every member is its own trial)."""
         if np.array_equal(self.trial_of, np.arange(len(self.trials))):
             return list(initial)
-        return list(_take_members(tuple(initial), self.trial_of_device))
+        return list(ds.take_members(tuple(initial), self.trial_of_device))
 
     def main_plan(self, mains: list[SessionDraws] | None, n_main: int):
         """(points, starts, per segment the trials' draws (None without ``mains``: they stay on the device), plans
         (None: made per segment on the device), per segment widths)."""
         phase = self._phase("main", n_main)
-        points, starts = protocol.segment_bounds(n_main, self.ctx.config.n_segments)
         if sum(phase.seg.lengths) != n_main:
             raise ValueError(f"the main phase was set up for {sum(phase.seg.lengths)} sessions, not {n_main}")
+        starts = np.asarray(phase.seg.starts, np.int64)
+        points = starts + np.asarray(phase.seg.lengths, np.int64) - 1
         segments = [None if mains is None else [m.slice(int(a), int(b) + 1) for m in mains]
                     for a, b in zip(starts, points)]
         return points, starts, segments, [None] * len(segments), [phase.widths] * len(segments)
@@ -138,7 +133,7 @@ class DeviceSetup:
 
     def refresh_keys(self, i: int) -> jax.Array:
         """Every member's refresh key before segment ``i`` (on the device, from the segment's device index)."""
-        return refresh_keys(self.member_keys.policy, self._phase("main").segment_ids[i])
+        return refresh_keys(self.member_policy_keys, self._phase("main").segment_ids[i])
 
     def retrained(self, params):
         """A retrain's parameters on the device (a retrain is made on the host: a declared transfer)."""

@@ -26,6 +26,7 @@ class HostSetup:
     """A population's trials (``trials``, members' ``trial_of``) set up on the host, phase by phase."""
 
     collect = None  # ``segment.collect``: the outputs put back in session order by NumPy
+    defers = False  # every segment's sessions' NDCG and evaluation come to the host after it (``trial.flush``)
 
     def __init__(self, ctx: SimContext, memo: PlanMemory, trials: list[TrialKeys], trial_of: np.ndarray):
         self.ctx, self.memo, self.trials, self.trial_of = ctx, memo, trials, np.asarray(trial_of)

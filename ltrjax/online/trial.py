@@ -196,7 +196,7 @@ def after_segment(ctx: SimContext, run: MainPhase, i: int, params, states, outpu
         record_logs(run, i, shown, clicked, record)
     if ctx.config.retrains_after(i):
         params = retrain.retrain_after(ctx, run, i, params, states, views)
-    if getattr(run.setup, "defers", False):
+    if run.setup.defers:
         run.deferred.append(("evaluation", evaluation))
     else:
         evaluated_members(ctx, run, evaluation)

@@ -157,6 +157,12 @@ def discounted_contributions(values, gamma: float = 0.995) -> np.ndarray:
 TRIAL_UNIT = "trial (paired t-test over the trials' values, two-sided)"
 
 
+def paired(first: dict, second: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Two rows' values ({trial id: value}) on the trials both have with finite values, in trial order (f64)."""
+    shared = sorted(t for t in set(first) & set(second) if np.isfinite(first[t]) and np.isfinite(second[t]))
+    return (np.array([first[t] for t in shared], np.float64), np.array([second[t] for t in shared], np.float64))
+
+
 def trial_level_vs_best(per_trial: dict[str, dict], alpha: float = 0.05, higher_is_better: bool = True) -> dict:
     """Every row against the best (by mean) at the unit of replication: a two-sided paired t-test over the trials
     both ran (``per_trial[row]`` = {trial id: value}); a trial's sessions and queries share one learned model, so
@@ -175,13 +181,10 @@ def trial_level_vs_best(per_trial: dict[str, dict], alpha: float = 0.05, higher_
     best = max(finite, key=lambda k: sign * means[k]) if finite else names[0]
     out: dict[str, dict] = {}
     for k in names:
-        shared = sorted(t for t in set(per_trial[k]) & set(per_trial[best])
-                        if np.isfinite(per_trial[k][t]) and np.isfinite(per_trial[best][t]))
+        a, b = paired(per_trial[best], per_trial[k])
         row = {"mean": means[k], "p_value": None, "significantly_worse": False, "best": k == best,
-               "n_trials": len(shared), "n_units": len(shared), "unit": TRIAL_UNIT, "trials_needed": None}
-        if k != best and len(shared) >= 2:
-            a = np.array([per_trial[best][t] for t in shared], np.float64)
-            b = np.array([per_trial[k][t] for t in shared], np.float64)
+               "n_trials": len(a), "n_units": len(a), "unit": TRIAL_UNIT, "trials_needed": None}
+        if k != best and len(a) >= 2:
             p = trial_stats.two_sided_p(a, b)
             d = sign * (a - b)
             row.update(p_value=p, significantly_worse=bool(p < alpha))
@@ -220,13 +223,10 @@ def trial_level_vs_baseline(per_trial: dict[str, dict], baseline: str, alpha: fl
     for k, values in per_trial.items():
         if k == baseline:
             continue
-        shared = sorted(t for t in set(values) & set(per_trial[baseline])
-                        if np.isfinite(values[t]) and np.isfinite(per_trial[baseline][t]))
-        a = np.array([values[t] for t in shared], np.float64)
-        b = np.array([per_trial[baseline][t] for t in shared], np.float64)
-        out[k] = {"difference": float((a - b).mean()) if shared else float("nan"),
-                  "p_value": trial_stats.two_sided_p(a, b) if len(shared) >= 2 else None,
-                  "n_trials": len(shared), "unit": TRIAL_UNIT}
+        a, b = paired(values, per_trial[baseline])
+        out[k] = {"difference": float((a - b).mean()) if len(a) else float("nan"),
+                  "p_value": trial_stats.two_sided_p(a, b) if len(a) >= 2 else None,
+                  "n_trials": len(a), "unit": TRIAL_UNIT}
     adjusted = holm({k: row["p_value"] for k, row in out.items()})
     for k, row in out.items():
         p = adjusted[k]
